@@ -1,0 +1,3 @@
+from conductor_mcp.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""The Conductor: prompt, constrained call, parse, repair, one retry, and a safe fallback.
+
+The system message (pool description, format, examples) depends only on the pool and the step limit, so
+it is byte-identical across tasks and vLLM's prefix cache serves it; the task comes last. Any litellm model
+can conduct ("prompted conductor"); a GRPO-trained one on vLLM uses the same code with its own settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from conductor_mcp import providers
+from conductor_mcp.logs import get_logger
+from conductor_mcp.pool import ConductorSpec, Pool
+from conductor_mcp.transcript import ConductorCall
+from conductor_mcp.workflow import (
+    Repair,
+    Step,
+    Workflow,
+    WorkflowError,
+    parse_workflow,
+    validate_workflow,
+    workflow_json_schema,
+)
+
+log = get_logger(__name__)
+
+FALLBACK_INSTRUCTION = "Solve the task completely and state the final answer clearly."
+
+
+def system_prompt(pool: Pool, max_steps: int) -> str:
+    """Everything that does not depend on the task, in a stable order (the prompt-cache prefix)."""
+    ids = pool.visible_ids()
+    workers = "\n".join(f"- {vid}: {' '.join(w.description.split())}" for vid, w in zip(ids, pool.workers, strict=True))
+    first, second = ids[0], ids[min(1, len(ids) - 1)]
+    easy = {"reasoning": "A short factual question: one capable worker is enough.",
+            "steps": [{"worker": first, "instruction": "Answer the question and state the final answer.", "access": []}]}
+    hard = {"reasoning": "A hard problem: two independent attempts, then a careful reviewer who sees both.",
+            "steps": [
+                {"worker": first, "instruction": "Solve the problem step by step and state the final answer.",
+                 "access": []},
+                {"worker": second, "instruction": "Solve the problem independently and state the final answer.",
+                 "access": []},
+                {"worker": first, "instruction": "Compare both solutions, find and fix any error, and state the "
+                 "final answer.", "access": "all"},
+            ]}
+    return (
+        "You are the Conductor. You do not solve tasks yourself: you write a short workflow that a team of AI "
+        "workers carries out.\n\n"
+        "## Workers\n"
+        f"{workers}\n\n"
+        "## How to write a workflow\n"
+        'Reply with one JSON object: {"reasoning": "...", "steps": [{"worker": "...", "instruction": "...", '
+        '"access": ...}]}.\n'
+        f"- Use at most {max_steps} steps. Steps are numbered from 0 in the order you write them.\n"
+        "- worker: one of the worker ids above.\n"
+        "- instruction: what that worker must do, written for it; be specific about the part of the task it owns.\n"
+        '- access: which earlier steps the worker sees (their instructions and answers): [] for none (only the '
+        'task), a list of step numbers such as [0, 2], or "all" for every earlier step.\n'
+        "- Steps that do not see each other run in parallel.\n"
+        "- The answer of the last step is the final answer, so the last step must produce a complete answer.\n"
+        "- Use one step for easy tasks and more only when they help: every step costs time and money.\n\n"
+        "## Examples\n"
+        f"Task: What is the boiling point of water at sea level in Celsius?\n{json.dumps(easy)}\n\n"
+        f"Task: Prove that the square root of 2 is irrational.\n{json.dumps(hard)}\n"
+    )
+
+
+def task_prompt(task: str, context: str | None) -> str:
+    text = f"Task:\n{task}"
+    if context:
+        text += f"\n\nContext provided with the task (every worker sees it too):\n{context}"
+    return text
+
+
+def response_format(spec: ConductorSpec, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema in the form the backend takes (FACTS: llama.cpp rejects type json_schema)."""
+    if spec.structured_output == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "workflow", "schema": schema, "strict": True}}
+    if spec.structured_output == "json_object":
+        return {"type": "json_object", "schema": schema}
+    return None
+
+
+@dataclass
+class Plan:
+    """The outcome of asking the conductor: always a runnable workflow, and how it was obtained."""
+
+    workflow: Workflow
+    calls: list[ConductorCall] = field(default_factory=list)
+    repairs: list[Repair] = field(default_factory=list)
+    fallback_reason: str | None = None
+
+
+async def plan_workflow(
+    pool: Pool, task: str, context: str | None, max_steps: int, metadata: dict[str, Any] | None = None
+) -> Plan:
+    """Ask the conductor for a workflow; retry once with the error shown; else fall back to one step."""
+    ids = pool.visible_ids()
+    schema = workflow_json_schema(ids, max_steps)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt(pool, max_steps)},
+        {"role": "user", "content": task_prompt(task, context)},
+    ]
+    calls: list[ConductorCall] = []
+    error = "no attempt made"
+    for attempt in range(2):
+        call = ConductorCall(model=pool.conductor.model)
+        calls.append(call)
+        try:
+            result = await providers.complete(
+                pool.conductor, messages, label="conductor", metadata=metadata,
+                response_format=response_format(pool.conductor, schema),
+            )
+        except providers.ProviderError as exc:
+            call.error = str(exc)
+            call.attempts = exc.attempts
+            error = f"conductor call failed: {exc}"
+            break  # retries already happened inside the provider; asking again would not help
+        call.raw_output = result.text
+        call.prompt_tokens, call.completion_tokens = result.prompt_tokens, result.completion_tokens
+        call.cost_usd, call.latency_s, call.attempts = result.cost_usd, result.latency_s, result.attempts
+        try:
+            workflow, repairs = validate_workflow(parse_workflow(result.text), ids, max_steps)
+        except WorkflowError as exc:
+            call.error = str(exc)
+            error = f"unusable workflow: {exc}"
+            log.info("conductor_output_rejected", attempt=attempt + 1, error=str(exc))
+            messages = [
+                *messages[:2],
+                {"role": "assistant", "content": result.text},
+                {"role": "user", "content": f"That workflow could not be used: {exc}. Write the workflow again as "
+                 "one JSON object in the format described, using only the listed worker ids."},
+            ]
+            continue
+        call.repairs = repairs
+        return Plan(workflow=workflow, calls=calls, repairs=repairs)
+    default = pool.visible_id(pool.default_worker or pool.workers[0].id)
+    log.warning("conductor_fallback", reason=error, worker=default)
+    fallback = Workflow(
+        reasoning=f"Fallback: {error}",
+        steps=[Step(worker=default, instruction=FALLBACK_INSTRUCTION, access=[])],
+    )
+    return Plan(workflow=fallback, calls=calls, fallback_reason=error)

@@ -1,0 +1,83 @@
+"""Structured JSON logs on stderr (stdout is the MCP wire), with secrets redacted as a last line of defence."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from typing import Any
+
+import structlog
+
+_KEY_NAME = re.compile(r"(API_KEY|_TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+[A-Za-z0-9._\-]{8,})")
+REDACTED = "[redacted]"
+
+
+def secret_values() -> list[str]:
+    """Values of environment variables whose names say they hold a secret (long enough to be real keys)."""
+    return sorted(
+        (v for k, v in os.environ.items() if _KEY_NAME.search(k) and len(v) >= 8), key=len, reverse=True
+    )
+
+
+def redact(text: str) -> str:
+    """Mask known secret values and key-shaped strings in text bound for a log, transcript or store."""
+    for value in secret_values():
+        text = text.replace(value, REDACTED)
+    return _KEY_SHAPES.sub(REDACTED, text)
+
+
+def _redact_event(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    return {k: redact(v) if isinstance(v, str) else v for k, v in event.items()}
+
+
+class _JsonRedactingFormatter(logging.Formatter):
+    """Third-party stdlib log records as JSON lines, redacted like our own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"logger": record.name, "level": record.levelname.lower(), "event": redact(record.getMessage())}
+        if record.exc_info:
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry)
+
+
+def _level(level: str) -> int:
+    numeric = logging.getLevelName(level.upper())
+    return numeric if isinstance(numeric, int) else logging.INFO
+
+
+def configure_logging(level: str = "info") -> None:
+    """JSON lines to stderr for us and for the libraries we call (litellm, httpx, mcp)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonRedactingFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(_level(level), logging.WARNING))  # third-party chatter stays quiet unless it matters
+    _configure_structlog(level)
+
+
+def _configure_structlog(level: str) -> None:
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            _redact_event,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_level(level)),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str) -> Any:
+    return structlog.get_logger(name)
+
+
+if not structlog.is_configured():  # structlog's own default prints to stdout, which would corrupt the MCP wire
+    _configure_structlog(os.environ.get("CONDUCTOR_LOG_LEVEL", "info"))

@@ -1,0 +1,225 @@
+"""Pools: the workers a Conductor may call, and the Conductor itself, loaded from YAML files.
+
+Every model is reached through litellm, so a worker is a litellm model string plus what the call needs
+(api base, the *name* of the env var holding its key, generation params, prices, fallbacks). The pool file
+is validated as a whole, and errors name the file, the worker and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class PoolError(ValueError):
+    """A pool name or file that cannot be used; the message names the file, worker and field."""
+
+
+class Pricing(BaseModel):
+    """USD per million tokens, as providers publish them."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class ModelSpec(BaseModel):
+    """How to reach one model through litellm."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, description="litellm model string, e.g. 'openai/gpt-5' or 'sim/solver'")
+    api_base: str | None = None
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    params: dict[str, Any] = Field(default_factory=dict, description="generation params passed to litellm")
+    price: Pricing | None = Field(None, description="overrides litellm's price map (needed for hosted_vllm/)")
+    timeout_s: float = Field(120.0, gt=0, description="deadline of one attempt")
+    max_retries: int = Field(2, ge=0, le=10, description="retries on rate limits, timeouts, 5xx, connection errors")
+
+    @field_validator("params")
+    @classmethod
+    def _no_reserved_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        reserved = {"model", "messages", "api_key", "api_base", "metadata", "stream"} & set(value)
+        if reserved:
+            raise ValueError(f"params may not set {sorted(reserved)}: use the worker's own fields")
+        return value
+
+
+class WorkerSpec(ModelSpec):
+    id: str = Field(description="stable id used in pool files, transcripts and (when not anonymised) prompts")
+    description: str = Field(min_length=1, description="strengths, shown to the conductor")
+    fallbacks: list[str] = Field(default_factory=list, description="ids of workers to try when this one fails")
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, value: str) -> str:
+        if not WORKER_ID.match(value):
+            raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-'")
+        return value
+
+
+class ConductorSpec(ModelSpec):
+    structured_output: Literal["json_schema", "json_object", "none"] = Field(
+        "json_schema",
+        description="how the backend takes a JSON schema: vLLM/OpenAI 'json_schema', llama.cpp 'json_object'",
+    )
+    timeout_s: float = Field(180.0, gt=0)
+
+
+class Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    conductor: ConductorSpec
+    workers: list[WorkerSpec] = Field(min_length=1)
+    default_worker: str | None = Field(None, description="the worker a fallback one-step workflow uses")
+    max_steps: int = Field(5, ge=1, le=20)
+    anonymize: bool = Field(True, description="show workers to the conductor as model_0..k, as the paper does")
+    simulation: dict[str, Any] | None = Field(None, description="profiles of sim/ models (see sim.py)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Pool:
+        ids = [w.id for w in self.workers]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate worker ids: {duplicates}")
+        if self.default_worker is None:
+            self.default_worker = ids[0]
+        elif self.default_worker not in ids:
+            raise ValueError(f"default_worker {self.default_worker!r} is not a worker id; known: {ids}")
+        for worker in self.workers:
+            for fallback in worker.fallbacks:
+                if fallback not in ids or fallback == worker.id:
+                    raise ValueError(f"worker {worker.id!r}: fallback {fallback!r} must be another worker id")
+        return self
+
+    # -- what the conductor sees ------------------------------------------------------------------
+    def visible_ids(self) -> list[str]:
+        """The ids the conductor sees, in pool order."""
+        if self.anonymize:
+            return [f"model_{i}" for i in range(len(self.workers))]
+        return [w.id for w in self.workers]
+
+    def worker(self, visible_id: str) -> WorkerSpec:
+        """The worker behind an id the conductor used (anonymised or not)."""
+        try:
+            return self.workers[self.visible_ids().index(visible_id)]
+        except ValueError:
+            raise PoolError(f"pool {self.name!r} has no worker {visible_id!r}") from None
+
+    def visible_id(self, worker_id: str) -> str:
+        ids = [w.id for w in self.workers]
+        return self.visible_ids()[ids.index(worker_id)]
+
+    def by_id(self, worker_id: str) -> WorkerSpec:
+        for worker in self.workers:
+            if worker.id == worker_id:
+                return worker
+        raise PoolError(f"pool {self.name!r} has no worker {worker_id!r}")
+
+    def fallbacks_of(self, worker: WorkerSpec) -> list[WorkerSpec]:
+        return [self.by_id(fallback) for fallback in worker.fallbacks]
+
+    def digest(self) -> str:
+        """Identifies the pool's content, so a stored run says exactly which pool it ran on."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def sample(self, k: int, seed: int) -> Pool:
+        """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""
+        if not 1 <= k <= len(self.workers):
+            raise PoolError(f"sub-pool size must be between 1 and {len(self.workers)}, got {k}")
+        chosen = sorted(random.Random(seed).sample(range(len(self.workers)), k))
+        workers = [self.workers[i] for i in chosen]
+        kept = {w.id for w in workers}
+        workers = [w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]}) for w in workers]
+        default = self.default_worker if self.default_worker in kept else workers[0].id
+        return self.model_copy(
+            update={"name": f"{self.name}[k={k},seed={seed}]", "workers": workers, "default_worker": default}
+        )
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def builtin_pool_dir() -> Path:
+    """pool_configs/ ships inside the wheel as conductor_mcp/pool_configs, and sits at the repo root in a checkout."""
+    packaged = Path(__file__).parent / "pool_configs"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "pool_configs"
+
+
+def available_pools(search_dirs: list[Path]) -> dict[str, Path]:
+    """Pool name -> file; earlier directories win, so a user's pool may shadow a built-in one."""
+    found: dict[str, Path] = {}
+    for directory in search_dirs:
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def resolve_pool_path(name_or_path: str, search_dirs: list[Path]) -> Path:
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not candidate.is_file():
+            raise PoolError(f"pool file {str(candidate)!r} does not exist")
+        return candidate
+    pools = available_pools(search_dirs)
+    if name_or_path not in pools:
+        known = ", ".join(sorted(pools)) or "none"
+        raise PoolError(f"unknown pool {name_or_path!r}; available pools: {known}")
+    return pools[name_or_path]
+
+
+def load_pool(name_or_path: str, search_dirs: list[Path]) -> Pool:
+    path = resolve_pool_path(name_or_path, search_dirs)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise PoolError(f"{path}: cannot read pool file: {exc}") from None
+    return parse_pool(raw, source=str(path), default_name=path.stem)
+
+
+def parse_pool(raw: Any, source: str, default_name: str) -> Pool:
+    """Validate a pool document; every error names the source, the worker and the field."""
+    if not isinstance(raw, dict):
+        raise PoolError(f"{source}: a pool file must be a mapping with 'conductor' and 'workers'")
+    raw = {"name": default_name, **raw}
+    try:
+        pool = Pool.model_validate(raw)
+    except ValidationError as exc:
+        raise PoolError(f"{source}: " + "; ".join(_describe(err, raw) for err in exc.errors())) from None
+    if pool.simulation is not None:
+        from conductor_mcp.sim import SimulationConfig
+        from conductor_mcp.sim import configure as configure_simulation
+
+        try:
+            sim_config = SimulationConfig.model_validate(pool.simulation)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"simulation.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            )
+            raise PoolError(f"{source}: {problems}") from None
+        configure_simulation(sim_config)
+    return pool
+
+
+def _describe(err: Any, raw: dict[str, Any]) -> str:
+    loc = list(err["loc"])
+    msg = err["msg"]
+    if len(loc) >= 2 and loc[0] == "workers" and isinstance(loc[1], int):
+        workers = raw.get("workers") or []
+        entry = workers[loc[1]] if loc[1] < len(workers) else None
+        who = entry.get("id") if isinstance(entry, dict) and entry.get("id") else f"#{loc[1]}"
+        field = ".".join(str(p) for p in loc[2:]) or "(entry)"
+        return f"worker {who!r} field {field!r}: {msg}"
+    field = ".".join(str(p) for p in loc) or "(pool)"
+    return f"field {field!r}: {msg}"

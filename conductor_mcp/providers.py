@@ -1,0 +1,180 @@
+"""The one place that calls litellm: keys from the environment, retries, fallbacks, deadlines, usage and cost.
+
+Workers, the conductor and simulated models all go through `complete`, so what tests and benchmarks measure
+on the simulator is the same code path that real providers take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+
+from conductor_mcp import sim
+from conductor_mcp.logs import get_logger, redact
+from conductor_mcp.pool import ModelSpec
+from conductor_mcp.transcript import Attempt
+
+litellm.suppress_debug_info = True  # otherwise litellm prints help banners to stdout: the MCP wire
+litellm.telemetry = False
+sim.register()
+
+log = get_logger(__name__)
+
+RETRYABLE = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.APIConnectionError,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+    asyncio.TimeoutError,
+)
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 20.0
+
+
+class ProviderError(RuntimeError):
+    """Every attempt (retries and fallbacks) failed; `attempts` says what each one got."""
+
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_s: float
+    answered_by: str
+    attempts: list[Attempt] = field(default_factory=list)
+
+
+def _request(
+    spec: ModelSpec, messages: list[dict[str, Any]], metadata: dict[str, Any] | None, **extra: Any
+) -> dict[str, Any]:
+    """The litellm keyword arguments for one call. The key is read from the environment at call time."""
+    request: dict[str, Any] = {**spec.params, "model": spec.model, "messages": messages, "timeout": spec.timeout_s}
+    if spec.api_key_env:
+        key = os.environ.get(spec.api_key_env)
+        if not key:
+            raise ValueError(f"environment variable {spec.api_key_env} is not set")
+        request["api_key"] = key
+    if spec.api_base:
+        request["api_base"] = spec.api_base
+    if spec.price:
+        request["input_cost_per_token"] = spec.price.input_per_mtok / 1e6
+        request["output_cost_per_token"] = spec.price.output_per_mtok / 1e6
+    if metadata and sim.is_simulated(spec.model):
+        # Task metadata carries reference answers for the simulator; it must never reach a real provider.
+        request["metadata"] = metadata
+    request.update({k: v for k, v in extra.items() if v is not None})
+    return request
+
+
+def _cost(response: Any) -> float:
+    cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:  # unpriced model (every hosted_vllm/* without a price in the pool file)
+            cost = 0.0
+    return float(cost or 0.0)
+
+
+def _backoff(attempt: int) -> float:
+    """Exponential backoff with full jitter, so a storm of rate limits does not retry in lockstep."""
+    return random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2**attempt))
+
+
+async def _call_with_retries(
+    spec: ModelSpec,
+    messages: list[dict[str, Any]],
+    label: str | None,
+    attempts: list[Attempt],
+    metadata: dict[str, Any] | None,
+    **extra: Any,
+) -> Completion:
+    try:
+        request = _request(spec, messages, metadata, **extra)
+    except ValueError as exc:
+        attempts.append(Attempt(model=spec.model, worker=label, ok=False, error=str(exc)))
+        raise ProviderError(f"{spec.model}: {exc}", attempts) from None
+    for attempt in range(spec.max_retries + 1):
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(spec.timeout_s):
+                response = await litellm.acompletion(**request)
+        except RETRYABLE as exc:
+            attempts.append(_failed(spec, label, exc, started))
+            if attempt == spec.max_retries:
+                raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
+            delay = _backoff(attempt)
+            log.warning("provider_retry", model=spec.model, attempt=attempt + 1, delay_s=round(delay, 3),
+                        error=attempts[-1].error)
+            await asyncio.sleep(delay)
+            continue
+        except Exception as exc:  # 4xx and the like: the same request would fail again
+            attempts.append(_failed(spec, label, exc, started))
+            raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
+        latency = time.perf_counter() - started
+        attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
+        choice = response.choices[0]
+        usage = getattr(response, "usage", None)
+        return Completion(
+            text=choice.message.content or "",
+            finish_reason=choice.finish_reason,
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            cost_usd=_cost(response),
+            latency_s=latency,
+            answered_by=spec.model,
+            attempts=attempts,
+        )
+    raise AssertionError("unreachable")  # the loop either returns or raises
+
+
+def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float) -> Attempt:
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {spec.timeout_s}s"
+    return Attempt(
+        model=spec.model,
+        worker=label,
+        ok=False,
+        error=redact(message)[:500],
+        latency_s=round(time.perf_counter() - started, 4),
+    )
+
+
+async def complete(
+    spec: ModelSpec,
+    messages: list[dict[str, Any]],
+    *,
+    label: str | None = None,
+    fallbacks: list[tuple[str, ModelSpec]] = (),  # type: ignore[assignment]
+    metadata: dict[str, Any] | None = None,
+    response_format: dict[str, Any] | None = None,
+) -> Completion:
+    """Call `spec` (retrying transient faults), then each fallback in turn; raise ProviderError if all fail."""
+    attempts: list[Attempt] = []
+    candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
+    for position, (name, candidate) in enumerate(candidates):
+        try:
+            return await _call_with_retries(
+                candidate, messages, name, attempts, metadata, response_format=response_format
+            )
+        except ProviderError as exc:
+            if position + 1 < len(candidates):
+                log.warning("provider_fallback", failed=candidate.model, next=candidates[position + 1][1].model,
+                            error=str(exc))
+                continue
+            raise ProviderError(str(exc), attempts) from None
+    raise AssertionError("unreachable")

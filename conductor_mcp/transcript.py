@@ -1,0 +1,199 @@
+"""Provenance: what every step and every conductor call did, and the renderings users read.
+
+A Run is the unit that is stored, shown and continued. Each StepRecord says which model answered what
+instruction having seen which steps, at what cost; the exact messages are kept in the store, and the record
+carries their digest so a transcript can be checked against them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from conductor_mcp.workflow import Repair, Workflow
+
+RunStatus = Literal["planned", "running", "done", "failed", "interrupted", "cancelled"]
+StepStatus = Literal["pending", "running", "done", "failed", "cancelled", "skipped"]
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+class Attempt(BaseModel):
+    """One provider call made for a step or a conductor call (retries and fallbacks each add one)."""
+
+    model: str
+    worker: str | None = None
+    ok: bool
+    error: str | None = None
+    latency_s: float = 0.0
+
+
+class CallUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+
+
+class ConductorCall(CallUsage):
+    """One call to the conductor model, with its raw output kept verbatim."""
+
+    model: str
+    raw_output: str | None = None
+    error: str | None = None
+    repairs: list[Repair] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+
+
+class StepRecord(CallUsage):
+    key: str = Field(description="unique within the run: the step index, nested as 'parent.index' for recursion")
+    index: int
+    depth: int = 0
+    parent: str | None = None
+    worker: str = Field(description="pool worker id")
+    visible_id: str = Field(description="the id the conductor used for this worker")
+    model: str = Field(description="the litellm model configured for the worker")
+    answered_by: str | None = Field(None, description="the model that actually answered, after fallbacks")
+    instruction: str
+    access: list[int] = Field(default_factory=list)
+    messages_digest: str | None = None
+    status: StepStatus = "pending"
+    output: str | None = None
+    finish_reason: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    error: str | None = None
+
+
+class Totals(BaseModel):
+    steps: int = 0
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    conductor_tokens: int = 0
+    conductor_cost_usd: float = 0.0
+    wall_s: float = 0.0
+
+
+class Budget(BaseModel):
+    max_tokens: int | None = Field(None, ge=1)
+    max_usd: float | None = Field(None, gt=0)
+
+
+class Run(BaseModel):
+    id: str
+    task: str
+    context: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    pool: str
+    pool_digest: str
+    conductor_model: str
+    max_steps: int
+    budget: Budget = Field(default_factory=Budget)
+    status: RunStatus = "planned"
+    parent_id: str | None = None
+    created_at: str = Field(default_factory=now)
+    updated_at: str = Field(default_factory=now)
+    started_at: str | None = None
+    ended_at: str | None = None
+    conductor_calls: list[ConductorCall] = Field(default_factory=list)
+    workflow: Workflow | None = None
+    repairs: list[Repair] = Field(default_factory=list)
+    fallback_reason: str | None = Field(None, description="why the conductor's workflow was replaced, if it was")
+    steps: list[StepRecord] = Field(default_factory=list)
+    answer: str | None = None
+    error: str | None = None
+    totals: Totals = Field(default_factory=Totals)
+
+    def spent(self) -> tuple[int, float]:
+        """Tokens and USD spent so far by the conductor and every step, for budget checks."""
+        usages: list[CallUsage] = [*self.conductor_calls, *self.steps]
+        return (
+            sum(u.prompt_tokens + u.completion_tokens for u in usages),
+            sum(u.cost_usd for u in usages),
+        )
+
+    def recompute_totals(self) -> None:
+        steps = [s for s in self.steps if s.status in ("done", "failed", "cancelled")]
+        conductor_tokens = sum(c.prompt_tokens + c.completion_tokens for c in self.conductor_calls)
+        tokens, cost = self.spent()
+        wall = 0.0
+        if self.started_at and self.ended_at:
+            wall = (dt.datetime.fromisoformat(self.ended_at) - dt.datetime.fromisoformat(self.started_at)).total_seconds()
+        self.totals = Totals(
+            steps=len([s for s in steps if s.status == "done"]),
+            calls=sum(len(s.attempts) for s in self.steps) + sum(max(1, len(c.attempts)) for c in self.conductor_calls),
+            prompt_tokens=sum(u.prompt_tokens for u in [*self.conductor_calls, *self.steps]),
+            completion_tokens=sum(u.completion_tokens for u in [*self.conductor_calls, *self.steps]),
+            total_tokens=tokens,
+            cost_usd=round(cost, 8),
+            conductor_tokens=conductor_tokens,
+            conductor_cost_usd=round(sum(c.cost_usd for c in self.conductor_calls), 8),
+            wall_s=round(wall, 3),
+        )
+
+
+# ------------------------------------------------------------------------------------------- renderings
+
+
+def _excerpt(text: str | None, limit: int) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def mermaid(run: Run) -> str:
+    """The workflow's topology: who saw whom. Steps with no edge between them ran in parallel."""
+    lines = ["flowchart LR", '  task(["task"])']
+    for step in run.steps:
+        node = f"s{step.key.replace('.', '_')}"
+        lines.append(f'  {node}["{step.key}: {step.visible_id} ({step.worker})"]')
+        if not step.access:
+            lines.append(f"  task --> {node}")
+        for source in step.access:
+            prefix = step.key.rsplit(".", 1)[0] + "_" if "." in step.key else ""
+            lines.append(f"  s{prefix}{source} --> {node}")
+    return "\n".join(lines)
+
+
+def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80) -> str:
+    """A compact summary for people and calling models: answer first, then the step table and topology."""
+    t = run.totals
+    parts = [f"## Answer\n\n{_excerpt_block(run.answer, answer_limit)}"]
+    if run.error:
+        parts.append(f"**Error:** {run.error}")
+    parts.append(
+        f"**Run** `{run.id}` · status **{run.status}** · pool `{run.pool}` · "
+        f"{t.steps} steps, {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.4f}, {t.wall_s:.1f}s"
+    )
+    if run.fallback_reason:
+        parts.append(f"**Conductor fallback:** {run.fallback_reason}")
+    if run.repairs:
+        parts.append("**Repairs:** " + "; ".join(f"{r.fault} → {r.action}" for r in run.repairs))
+    if run.steps:
+        rows = ["| # | worker | instruction | sees | status | tokens | cost | latency |", "|---|---|---|---|---|---|---|---|"]
+        for s in run.steps:
+            sees = ",".join(map(str, s.access)) or "task"
+            rows.append(
+                f"| {s.key} | {_cell(s.visible_id)} ({_cell(s.worker)}) | {_cell(_excerpt(s.instruction, instruction_limit))} "
+                f"| {sees} | {s.status} | {s.prompt_tokens + s.completion_tokens} | ${s.cost_usd:.4f} | {s.latency_s:.2f}s |"
+            )
+        parts.append("\n".join(rows))
+        parts.append(f"```mermaid\n{mermaid(run)}\n```")
+    return "\n\n".join(parts) + "\n"
+
+
+def _excerpt_block(text: str | None, limit: int) -> str:
+    if not text:
+        return "_(no answer)_"
+    return text if len(text) <= limit else text[:limit] + f"\n\n… ({len(text) - limit} more characters in the full transcript)"
