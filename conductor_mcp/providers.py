@@ -7,6 +7,7 @@ on the simulator is the same code path that real providers take.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import random
 import time
@@ -76,7 +77,7 @@ def _request(
         request["output_cost_per_token"] = spec.price.output_per_mtok / 1e6
     if metadata and sim.is_simulated(spec.model):
         # Task metadata carries reference answers for the simulator; it must never reach a real provider.
-        request["metadata"] = metadata
+        request["metadata"] = copy.deepcopy(metadata)  # litellm writes into the dict it is given
     request.update({k: v for k, v in extra.items() if v is not None})
     return request
 

@@ -190,6 +190,13 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
             )
         parts.append("\n".join(rows))
         parts.append(f"```mermaid\n{mermaid(run)}\n```")
+    elif run.workflow and run.workflow.steps:
+        rows = ["| # | worker | instruction | sees |", "|---|---|---|---|"]
+        for i, step in enumerate(run.workflow.steps):
+            sees = ",".join(map(str, step.access)) or "task"
+            rows.append(f"| {i} | {_cell(step.worker)} | {_cell(_excerpt(step.instruction, instruction_limit))} | {sees} |")
+        parts.append("**Planned workflow** (not run yet)" + (f": {run.workflow.reasoning}" if run.workflow.reasoning else ""))
+        parts.append("\n".join(rows))
     return "\n\n".join(parts) + "\n"
 
 

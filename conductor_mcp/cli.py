@@ -1,0 +1,164 @@
+"""`conductor-mcp`: run, plan, show and list runs, list pools. Results go to stdout; progress and logs to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from conductor_mcp import __version__
+from conductor_mcp.config import Settings
+from conductor_mcp.logs import configure_logging
+from conductor_mcp.pool import PoolError
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="conductor-mcp",
+        description="A Conductor LLM writes a workflow over a pool of LLM workers; conductor-mcp runs it.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--state-dir", type=Path, help="where runs are stored (env CONDUCTOR_STATE_DIR)")
+    parser.add_argument("--log-level", help="log level on stderr (env CONDUCTOR_LOG_LEVEL; default warning here)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def task_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("task", help="the task, or '-' to read it from stdin")
+        p.add_argument("--pool", help="pool name or YAML path (env CONDUCTOR_POOL; default: sim)")
+        p.add_argument("--max-steps", type=int, help="most steps the conductor may write (default: the pool's)")
+        p.add_argument("--context-file", type=Path, help="a file whose text every worker sees with the task")
+        p.add_argument("--metadata", help="task metadata as JSON, e.g. the simulator's domain and answer")
+        p.add_argument("--json", action="store_true", help="print the full run as JSON instead of markdown")
+        return p
+
+    run = task_command("run", "plan and run a task, printing the answer and transcript")
+    run.add_argument("--max-tokens", type=int, help="stop before a call that would exceed this many tokens")
+    run.add_argument("--max-usd", type=float, help="stop before a call that would exceed this cost in USD")
+    run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    task_command("plan", "write the workflow for a task without running it (stored as a planned run)")
+
+    show = sub.add_parser("show", help="show a stored run")
+    show.add_argument("run_id")
+    show.add_argument("--json", action="store_true")
+
+    runs = sub.add_parser("runs", help="list recent runs")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--status", help="only runs in this status")
+    runs.add_argument("--json", action="store_true")
+
+    pools = sub.add_parser("pools", help="list and validate the pools on the search path")
+    pools.add_argument("--json", action="store_true")
+    return parser
+
+
+def run_async(coro: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop where the platform has it."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+async def _progress(event: Any) -> None:
+    total = f"/{event.total_steps}" if event.total_steps else ""
+    print(f"[{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
+
+
+def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
+    task = sys.stdin.read() if args.task == "-" else args.task
+    context = args.context_file.read_text(encoding="utf-8") if args.context_file else None
+    metadata: dict[str, Any] = {}
+    if args.metadata:
+        metadata = json.loads(args.metadata)
+        if not isinstance(metadata, dict):
+            raise ValueError("--metadata must be a JSON object")
+    return task, context, metadata
+
+
+async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.service import Service
+    from conductor_mcp.transcript import Budget, to_markdown
+
+    task, context, metadata = _read_task(args)
+    service = Service(settings)
+    common: dict[str, Any] = {
+        "pool": args.pool, "max_steps": args.max_steps, "context": context, "metadata": metadata,
+    }
+    if args.command == "run":
+        budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
+        listener = None if args.quiet else _progress
+        result = await service.orchestrate(task, budget=budget, on_event=listener, **common)
+    else:
+        result = await service.plan(task, **common)
+    print(result.model_dump_json(indent=2) if args.json else to_markdown(result))
+    return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
+
+
+def _show(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.service import Service
+    from conductor_mcp.transcript import to_markdown
+
+    run = Service(settings).status(args.run_id)
+    print(run.model_dump_json(indent=2) if args.json else to_markdown(run))
+    return EXIT_OK
+
+
+def _runs(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.service import Service
+
+    rows = Service(settings).list_runs(args.limit, args.status)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no runs yet")
+    else:
+        for row in rows:
+            task = " ".join(row["task"].split())[:70]
+            print(f"{row['id']}  {row['created_at'][:19]}  {row['status']:<11}  {row['pool']:<10}  {task}")
+    return EXIT_OK
+
+
+def _pools(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.service import Service
+
+    summaries = Service(settings).pools()
+    if args.json:
+        print(json.dumps([s.__dict__ for s in summaries], indent=2))
+    else:
+        for s in summaries:
+            if s.error:
+                print(f"{s.name:<12} INVALID  {s.error}")
+            else:
+                print(f"{s.name:<12} {len(s.workers)} workers, conductor {s.conductor}: {s.description}")
+    return EXIT_BAD_INPUT if any(s.error for s in summaries) else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = Settings.from_env(state_dir=args.state_dir)
+    configure_logging(args.log_level or os.environ.get("CONDUCTOR_LOG_LEVEL") or "warning")
+    from conductor_mcp.service import RequestError, RunNotFound
+
+    try:
+        if args.command in ("run", "plan"):
+            return run_async(_run_or_plan(args, settings))
+        if args.command == "show":
+            return _show(args, settings)
+        if args.command == "runs":
+            return _runs(args, settings)
+        return _pools(args, settings)
+    except (RequestError, RunNotFound, PoolError, ValueError, OSError) as exc:
+        print(f"conductor-mcp: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("conductor-mcp: interrupted; finished steps are kept in the store", file=sys.stderr)
+        return EXIT_INTERRUPTED
