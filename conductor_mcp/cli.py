@@ -91,7 +91,10 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     task, context, metadata = _read_task(args)
     service = Service(settings)
     common: dict[str, Any] = {
-        "pool": args.pool, "max_steps": args.max_steps, "context": context, "metadata": metadata,
+        "pool": args.pool,
+        "max_steps": args.max_steps,
+        "context": context,
+        "metadata": metadata,
     }
     if args.command == "run":
         budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)

@@ -35,17 +35,30 @@ def system_prompt(pool: Pool, max_steps: int) -> str:
     ids = pool.visible_ids()
     workers = "\n".join(f"- {vid}: {' '.join(w.description.split())}" for vid, w in zip(ids, pool.workers, strict=True))
     first, second = ids[0], ids[min(1, len(ids) - 1)]
-    easy = {"reasoning": "A short factual question: one capable worker is enough.",
-            "steps": [{"worker": first, "instruction": "Answer the question and state the final answer.", "access": []}]}
-    hard = {"reasoning": "A hard problem: two independent attempts, then a careful reviewer who sees both.",
-            "steps": [
-                {"worker": first, "instruction": "Solve the problem step by step and state the final answer.",
-                 "access": []},
-                {"worker": second, "instruction": "Solve the problem independently and state the final answer.",
-                 "access": []},
-                {"worker": first, "instruction": "Compare both solutions, find and fix any error, and state the "
-                 "final answer.", "access": "all"},
-            ]}
+    easy = {
+        "reasoning": "A short factual question: one capable worker is enough.",
+        "steps": [{"worker": first, "instruction": "Answer the question and state the final answer.", "access": []}],
+    }
+    hard = {
+        "reasoning": "A hard problem: two independent attempts, then a careful reviewer who sees both.",
+        "steps": [
+            {
+                "worker": first,
+                "instruction": "Solve the problem step by step and state the final answer.",
+                "access": [],
+            },
+            {
+                "worker": second,
+                "instruction": "Solve the problem independently and state the final answer.",
+                "access": [],
+            },
+            {
+                "worker": first,
+                "instruction": "Compare both solutions, find and fix any error, and state the final answer.",
+                "access": "all",
+            },
+        ],
+    }
     return (
         "You are the Conductor. You do not solve tasks yourself: you write a short workflow that a team of AI "
         "workers carries out.\n\n"
@@ -57,7 +70,7 @@ def system_prompt(pool: Pool, max_steps: int) -> str:
         f"- Use at most {max_steps} steps. Steps are numbered from 0 in the order you write them.\n"
         "- worker: one of the worker ids above.\n"
         "- instruction: what that worker must do, written for it; be specific about the part of the task it owns.\n"
-        '- access: which earlier steps the worker sees (their instructions and answers): [] for none (only the '
+        "- access: which earlier steps the worker sees (their instructions and answers): [] for none (only the "
         'task), a list of step numbers such as [0, 2], or "all" for every earlier step.\n'
         "- Steps that do not see each other run in parallel.\n"
         "- The answer of the last step is the final answer, so the last step must produce a complete answer.\n"
@@ -111,7 +124,10 @@ async def plan_workflow(
         calls.append(call)
         try:
             result = await providers.complete(
-                pool.conductor, messages, label="conductor", metadata=metadata,
+                pool.conductor,
+                messages,
+                label="conductor",
+                metadata=metadata,
                 response_format=response_format(pool.conductor, schema),
             )
         except providers.ProviderError as exc:
@@ -131,8 +147,11 @@ async def plan_workflow(
             messages = [
                 *messages[:2],
                 {"role": "assistant", "content": result.text},
-                {"role": "user", "content": f"That workflow could not be used: {exc}. Write the workflow again as "
-                 "one JSON object in the format described, using only the listed worker ids."},
+                {
+                    "role": "user",
+                    "content": f"That workflow could not be used: {exc}. Write the workflow again as "
+                    "one JSON object in the format described, using only the listed worker ids.",
+                },
             ]
             continue
         call.repairs = repairs

@@ -98,8 +98,13 @@ class Executor:
                 continue
             worker = self.pool.worker(step.worker)
             record = StepRecord(
-                key=str(i), index=i, worker=worker.id, visible_id=step.worker, model=worker.model,
-                instruction=step.instruction, access=list(step.access),
+                key=str(i),
+                index=i,
+                worker=worker.id,
+                visible_id=step.worker,
+                model=worker.model,
+                instruction=step.instruction,
+                access=list(step.access),
             )
             records.append(record)
             self.store.save_step(run.id, i, record, None)
@@ -157,12 +162,14 @@ class Executor:
         tokens, usd = run.spent()
         estimate = _estimated_tokens(messages)
         if run.budget.max_tokens is not None and tokens + estimate > run.budget.max_tokens:
-            return f"token budget reached: {tokens} spent + ~{estimate} for the next step > {run.budget.max_tokens}"
+            limit = run.budget.max_tokens
+            return f"token budget reached: {tokens} spent + ~{estimate} for the next step > {limit}"
         if run.budget.max_usd is not None:
             price = self.pool.worker(run.workflow.steps[i].worker).price if run.workflow else None
             next_cost = estimate * (price.input_per_mtok / 1e6) if price else 0.0
             if usd + next_cost > run.budget.max_usd:
-                return f"USD budget reached: ${usd:.4f} spent + ~${next_cost:.4f} for the next step > ${run.budget.max_usd}"
+                limit_usd = run.budget.max_usd
+                return f"USD budget reached: ${usd:.4f} spent + ~${next_cost:.4f} for the next step > ${limit_usd}"
         return None
 
     def _skip(self, run: Run, pending: list[int], reason: str) -> None:
@@ -181,13 +188,20 @@ class Executor:
         self.store.save_step(run.id, i, record, messages)
         total = len(run.steps)
         finished = sum(1 for r in run.steps if r.status == "done")
-        await emit(self.on_event, ProgressEvent(
-            "step_started", run.id, f"step {i} started: {step.worker} ({worker.id})", record, finished, total))
+        await emit(
+            self.on_event,
+            ProgressEvent(
+                "step_started", run.id, f"step {i} started: {step.worker} ({worker.id})", record, finished, total
+            ),
+        )
         try:
             async with asyncio.timeout(self.step_timeout_s):
                 result = await providers.complete(
-                    worker, messages, label=worker.id,
-                    fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)], metadata=run.metadata,
+                    worker,
+                    messages,
+                    label=worker.id,
+                    fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)],
+                    metadata=run.metadata,
                 )
         except providers.ProviderError as exc:
             record.status, record.error, record.attempts = "failed", str(exc), exc.attempts
@@ -205,7 +219,15 @@ class Executor:
         record.ended_at = now()
         self.store.save_step(run.id, i, record, None)
         finished = sum(1 for r in run.steps if r.status == "done")
-        await emit(self.on_event, ProgressEvent(
-            "step_finished", run.id, f"step {i} {record.status}: {step.worker} ({worker.id})", record, finished,
-            total))
+        await emit(
+            self.on_event,
+            ProgressEvent(
+                "step_finished",
+                run.id,
+                f"step {i} {record.status}: {step.worker} ({worker.id})",
+                record,
+                finished,
+                total,
+            ),
+        )
         return record

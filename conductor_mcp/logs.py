@@ -18,9 +18,7 @@ REDACTED = "[redacted]"
 
 def secret_values() -> list[str]:
     """Values of environment variables whose names say they hold a secret (long enough to be real keys)."""
-    return sorted(
-        (v for k, v in os.environ.items() if _KEY_NAME.search(k) and len(v) >= 8), key=len, reverse=True
-    )
+    return sorted((v for k, v in os.environ.items() if _KEY_NAME.search(k) and len(v) >= 8), key=len, reverse=True)
 
 
 def redact(text: str) -> str:

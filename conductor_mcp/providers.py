@@ -120,8 +120,13 @@ async def _call_with_retries(
             if attempt == spec.max_retries:
                 raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
             delay = _backoff(attempt)
-            log.warning("provider_retry", model=spec.model, attempt=attempt + 1, delay_s=round(delay, 3),
-                        error=attempts[-1].error)
+            log.warning(
+                "provider_retry",
+                model=spec.model,
+                attempt=attempt + 1,
+                delay_s=round(delay, 3),
+                error=attempts[-1].error,
+            )
             await asyncio.sleep(delay)
             continue
         except Exception as exc:  # 4xx and the like: the same request would fail again
@@ -174,8 +179,9 @@ async def complete(
             )
         except ProviderError as exc:
             if position + 1 < len(candidates):
-                log.warning("provider_fallback", failed=candidate.model, next=candidates[position + 1][1].model,
-                            error=str(exc))
+                log.warning(
+                    "provider_fallback", failed=candidate.model, next=candidates[position + 1][1].model, error=str(exc)
+                )
                 continue
             raise ProviderError(str(exc), attempts) from None
     raise AssertionError("unreachable")

@@ -94,8 +94,14 @@ class Service:
         if not 1 <= steps <= MAX_STEPS_LIMIT:
             raise RequestError(f"max_steps: must be between 1 and {MAX_STEPS_LIMIT}, got {steps}")
         run = Run(
-            id=new_run_id(), task=task, context=context or None, metadata=dict(metadata or {}), pool=pool.name,
-            pool_digest=pool.digest(), conductor_model=pool.conductor.model, max_steps=steps,
+            id=new_run_id(),
+            task=task,
+            context=context or None,
+            metadata=dict(metadata or {}),
+            pool=pool.name,
+            pool_digest=pool.digest(),
+            conductor_model=pool.conductor.model,
+            max_steps=steps,
             budget=budget or Budget(),
         )
         return run, pool
@@ -172,10 +178,19 @@ class Service:
             run.ended_at = now()
             run.recompute_totals()
             self.store.save_run(run)
-            log.info("run_finished", run_id=run.id, status=run.status, tokens=run.totals.total_tokens,
-                     cost_usd=run.totals.cost_usd)
-        await emit(on_event, ProgressEvent("run_finished", run.id, f"run {run.status}",
-                                           finished_steps=run.totals.steps, total_steps=len(run.steps)))
+            log.info(
+                "run_finished",
+                run_id=run.id,
+                status=run.status,
+                tokens=run.totals.total_tokens,
+                cost_usd=run.totals.cost_usd,
+            )
+        await emit(
+            on_event,
+            ProgressEvent(
+                "run_finished", run.id, f"run {run.status}", finished_steps=run.totals.steps, total_steps=len(run.steps)
+            ),
+        )
         return run
 
     def status(self, run_id: str) -> Run:

@@ -98,9 +98,7 @@ def _tokens(text: str) -> int:
 # -------------------------------------------------------------------------------------------- workers
 
 
-def worker_answer(
-    name: str, profile: SimWorkerProfile, prompt: str, metadata: dict[str, Any]
-) -> tuple[str, int]:
+def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: dict[str, Any]) -> tuple[str, int]:
     """The simulated worker's reply and its completion token count, deterministic in its inputs."""
     rng = _rng(name, prompt)
     instruction = prompt.rsplit("# Your instruction", 1)[-1].strip()
@@ -151,7 +149,10 @@ _WORKER_LINE = re.compile(r"^- ([A-Za-z0-9][A-Za-z0-9_.\-]*): (.+)$", re.MULTILI
 
 
 def conductor_output(
-    name: str, profile: SimConductorProfile, messages: list[dict[str, Any]], metadata: dict[str, Any],
+    name: str,
+    profile: SimConductorProfile,
+    messages: list[dict[str, Any]],
+    metadata: dict[str, Any],
     max_steps: int,
 ) -> str:
     """A plausible workflow for the task in the prompt, or a malformed one at the profile's rate."""
@@ -237,11 +238,25 @@ def _max_steps(optional_params: dict[str, Any], system: str) -> int:
 class SimProvider(CustomLLM):
     """litellm custom provider serving every `sim/<name>` model."""
 
-    async def acompletion(self, model: str, messages: list, api_base: str, custom_prompt_dict: dict,  # type: ignore[override]
-                          model_response: litellm.ModelResponse, print_verbose: Any, encoding: Any, api_key: Any,
-                          logging_obj: Any, optional_params: dict, acompletion: Any = None,
-                          litellm_params: dict | None = None, logger_fn: Any = None, headers: dict | None = None,
-                          timeout: Any = None, client: Any = None) -> litellm.ModelResponse:
+    async def acompletion(
+        self,
+        model: str,
+        messages: list,
+        api_base: str,
+        custom_prompt_dict: dict,  # type: ignore[override]
+        model_response: litellm.ModelResponse,
+        print_verbose: Any,
+        encoding: Any,
+        api_key: Any,
+        logging_obj: Any,
+        optional_params: dict,
+        acompletion: Any = None,
+        litellm_params: dict | None = None,
+        logger_fn: Any = None,
+        headers: dict | None = None,
+        timeout: Any = None,  # noqa: ASYNC109 (litellm's signature; the provider's own deadline applies)
+        client: Any = None,
+    ) -> litellm.ModelResponse:
         name = model.removeprefix(PREFIX)
         metadata = (litellm_params or {}).get("metadata") or {}
         prompt = _text(messages)
@@ -262,7 +277,8 @@ class SimProvider(CustomLLM):
         model_response.choices[0].finish_reason = "stop"
         prompt_tokens = _tokens(prompt)
         model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
         )
         model_response.model = model

@@ -99,9 +99,7 @@ class Store:
     def load_run(self, run_id: str) -> Run:
         with self._lock:
             row = self._db.execute("SELECT doc FROM runs WHERE id = ?", (run_id,)).fetchone()
-            steps = self._db.execute(
-                "SELECT record FROM steps WHERE run_id = ? ORDER BY seq", (run_id,)
-            ).fetchall()
+            steps = self._db.execute("SELECT record FROM steps WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
         if row is None:
             raise RunNotFound(run_id)
         run = Run.model_validate_json(row[0])
@@ -110,9 +108,7 @@ class Store:
 
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT messages FROM steps WHERE run_id = ? AND key = ?", (run_id, key)
-            ).fetchone()
+            row = self._db.execute("SELECT messages FROM steps WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
         if row is None:
             raise LookupError(f"run {run_id!r} has no step {key!r}")
         return json.loads(row[0]) if row[0] else None

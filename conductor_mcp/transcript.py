@@ -126,7 +126,9 @@ class Run(BaseModel):
         tokens, cost = self.spent()
         wall = 0.0
         if self.started_at and self.ended_at:
-            wall = (dt.datetime.fromisoformat(self.ended_at) - dt.datetime.fromisoformat(self.started_at)).total_seconds()
+            wall = (
+                dt.datetime.fromisoformat(self.ended_at) - dt.datetime.fromisoformat(self.started_at)
+            ).total_seconds()
         self.totals = Totals(
             steps=len([s for s in steps if s.status == "done"]),
             calls=sum(len(s.attempts) for s in self.steps) + sum(max(1, len(c.attempts)) for c in self.conductor_calls),
@@ -181,12 +183,17 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
     if run.repairs:
         parts.append("**Repairs:** " + "; ".join(f"{r.fault} → {r.action}" for r in run.repairs))
     if run.steps:
-        rows = ["| # | worker | instruction | sees | status | tokens | cost | latency |", "|---|---|---|---|---|---|---|---|"]
+        rows = [
+            "| # | worker | instruction | sees | status | tokens | cost | latency |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for s in run.steps:
             sees = ",".join(map(str, s.access)) or "task"
+            instruction = _cell(_excerpt(s.instruction, instruction_limit))
+            tokens = s.prompt_tokens + s.completion_tokens
             rows.append(
-                f"| {s.key} | {_cell(s.visible_id)} ({_cell(s.worker)}) | {_cell(_excerpt(s.instruction, instruction_limit))} "
-                f"| {sees} | {s.status} | {s.prompt_tokens + s.completion_tokens} | ${s.cost_usd:.4f} | {s.latency_s:.2f}s |"
+                f"| {s.key} | {_cell(s.visible_id)} ({_cell(s.worker)}) | {instruction} | {sees} | {s.status} "
+                f"| {tokens} | ${s.cost_usd:.4f} | {s.latency_s:.2f}s |"
             )
         parts.append("\n".join(rows))
         parts.append(f"```mermaid\n{mermaid(run)}\n```")
@@ -194,8 +201,12 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
         rows = ["| # | worker | instruction | sees |", "|---|---|---|---|"]
         for i, step in enumerate(run.workflow.steps):
             sees = ",".join(map(str, step.access)) or "task"
-            rows.append(f"| {i} | {_cell(step.worker)} | {_cell(_excerpt(step.instruction, instruction_limit))} | {sees} |")
-        parts.append("**Planned workflow** (not run yet)" + (f": {run.workflow.reasoning}" if run.workflow.reasoning else ""))
+            rows.append(
+                f"| {i} | {_cell(step.worker)} | {_cell(_excerpt(step.instruction, instruction_limit))} | {sees} |"
+            )
+        parts.append(
+            "**Planned workflow** (not run yet)" + (f": {run.workflow.reasoning}" if run.workflow.reasoning else "")
+        )
         parts.append("\n".join(rows))
     return "\n\n".join(parts) + "\n"
 
@@ -203,4 +214,8 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
 def _excerpt_block(text: str | None, limit: int) -> str:
     if not text:
         return "_(no answer)_"
-    return text if len(text) <= limit else text[:limit] + f"\n\n… ({len(text) - limit} more characters in the full transcript)"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n\n… ({len(text) - limit} more characters in the full transcript)"
+    )

@@ -116,8 +116,7 @@ def parse_workflow(text: str) -> ParsedWorkflow:
         reasoning = text[: lists.pop("_start")].strip()
         return _from_lists(lists, reasoning, form="lists")
     raise WorkflowError(
-        "no workflow found: expected a JSON object with 'steps' or the lists "
-        "model_id, subtasks and access_list"
+        "no workflow found: expected a JSON object with 'steps' or the lists model_id, subtasks and access_list"
     )
 
 
@@ -183,9 +182,8 @@ def _paper_lists(text: str) -> dict[str, Any] | None:
     found: dict[str, Any] = {}
     start = len(text)
     for key in _LIST_KEYS:
-        match = None
-        for match in re.finditer(rf"[\"']?\b{key}\b[\"']?\s*[:=]\s*\[", text):
-            pass  # the last assignment wins: models often restate the lists at the end
+        # the last assignment wins: models often restate the lists at the end
+        match = next(reversed(list(re.finditer(rf"[\"']?\b{key}\b[\"']?\s*[:=]\s*\[", text))), None)
         if match is None:
             return None
         literal = _bracketed(text, match.end() - 1)
@@ -302,18 +300,14 @@ def _resolve_worker(raw: Any, worker_ids: list[str], step: int, repairs: list[Re
 
 def _instruction(raw: Any, step: int, repairs: list[Repair]) -> str:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
-        repairs.append(
-            Repair(step=step, fault="empty instruction", action=f"used {DEFAULT_INSTRUCTION!r}")
-        )
+        repairs.append(Repair(step=step, fault="empty instruction", action=f"used {DEFAULT_INSTRUCTION!r}"))
         return DEFAULT_INSTRUCTION
     if not isinstance(raw, str):
         raise WorkflowError(f"step {step}: instruction must be text, got {type(raw).__name__}")
     return raw.strip()
 
 
-def _access(
-    raw: Any, old: int, new_index: dict[int, int], step: int, repairs: list[Repair]
-) -> list[int]:
+def _access(raw: Any, old: int, new_index: dict[int, int], step: int, repairs: list[Repair]) -> list[int]:
     """Resolve an access entry to sorted earlier indices (in the kept numbering)."""
     if raw is None:
         repairs.append(Repair(step=step, fault="access missing", action="step sees all earlier steps"))
@@ -351,9 +345,7 @@ def _access(
                 )
             )
         elif index not in new_index:
-            repairs.append(
-                Repair(step=step, fault=f"access index {index} points to a dropped step", action="dropped")
-            )
+            repairs.append(Repair(step=step, fault=f"access index {index} points to a dropped step", action="dropped"))
         else:
             resolved.add(new_index[index])
     return sorted(resolved)

@@ -1,0 +1,87 @@
+"""The CLI as users run it: a real subprocess, a real SQLite file, output read back in a later process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, env_extra: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "conductor_mcp", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=120,
+    )
+
+
+def test_run_json_then_show_in_a_new_process(tmp_path: Path) -> None:
+    meta = json.dumps({"domain": "math", "answer": "42", "difficulty": "hard"})
+    result = cli(
+        "--state-dir", str(tmp_path), "run", "--pool", "sim", "--json", "--metadata", meta, "What is six times seven?"
+    )
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout)  # stdout holds the JSON document and nothing else
+    assert run["status"] == "done" and run["answer"] and "ANSWER:" in run["answer"]
+    assert run["conductor_calls"][0]["raw_output"]
+    for step in run["steps"]:
+        assert step["prompt_tokens"] > 0 and step["completion_tokens"] > 0
+        assert step["cost_usd"] > 0 and step["latency_s"] >= 0 and step["answered_by"].startswith("sim/")
+    assert "step 0 started" in result.stderr  # progress on stderr
+
+    shown = cli("--state-dir", str(tmp_path), "show", run["id"], "--json")
+    assert shown.returncode == 0
+    again = json.loads(shown.stdout)
+    assert again["answer"] == run["answer"] and len(again["steps"]) == len(run["steps"])
+    markdown = cli("--state-dir", str(tmp_path), "show", run["id"]).stdout
+    assert markdown.startswith("## Answer") and "```mermaid" in markdown
+    listing = cli("--state-dir", str(tmp_path), "runs").stdout
+    assert run["id"] in listing and "done" in listing
+
+
+def test_plan_from_stdin_and_markdown(tmp_path: Path) -> None:
+    result = cli("--state-dir", str(tmp_path), "plan", "-", stdin="Design a cache eviction policy.")
+    assert result.returncode == 0, result.stderr
+    assert "status **planned**" in result.stdout and "Planned workflow" in result.stdout
+
+
+def test_pools_lists_and_validates(tmp_path: Path) -> None:
+    result = cli("pools")
+    assert result.returncode == 0
+    assert {line.split()[0] for line in result.stdout.splitlines()} >= {"sim", "frontier", "paper"}
+    (tmp_path / "broken.yaml").write_text("conductor: {model: sim/conductor}\nworkers: []\n")
+    broken = cli("pools", "--json", env_extra={"CONDUCTOR_POOL_PATH": str(tmp_path)})
+    assert broken.returncode == 2
+    entry = next(p for p in json.loads(broken.stdout) if p["name"] == "broken")
+    assert "broken.yaml" in entry["error"] and "workers" in entry["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "feedfacefeedface"], "no run with id 'feedfacefeedface'"),
+        (["run", "--pool", "nope", "task"], "unknown pool 'nope'"),
+        (["run", "--max-steps", "99", "task"], "max_steps: must be between 1 and 20"),
+        (["run", "--metadata", "[1]", "task"], "--metadata must be a JSON object"),
+        (["run", "--context-file", "/nonexistent/file", "task"], "No such file"),
+    ],
+)
+def test_bad_input_exits_2_with_a_named_error(tmp_path: Path, args: list[str], message: str) -> None:
+    result = cli("--state-dir", str(tmp_path), *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_failed_run_exits_1(tmp_path: Path) -> None:
+    result = cli("--state-dir", str(tmp_path), "run", "--max-tokens", "10", "--json", "task")
+    assert result.returncode == 1
+    assert "token budget reached" in json.loads(result.stdout)["error"]

@@ -1,0 +1,110 @@
+"""The simulator: reproducible, calibrated to its profiles, and reached through litellm like any model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conductor_mcp import providers
+from conductor_mcp.pool import ModelSpec, Pricing
+from conductor_mcp.sim import SimConductorProfile, SimWorkerProfile, conductor_output, worker_answer
+
+META = {"domain": "math", "answer": "42"}
+
+
+def _answer(text: str) -> str:
+    return text.rsplit("ANSWER:", 1)[1].strip()
+
+
+def test_worker_is_deterministic_in_its_inputs() -> None:
+    profile = SimWorkerProfile(skills={"math": 0.5})
+    prompt = "# Task\nx\n\n# Your instruction\nsolve"
+    assert worker_answer("a", profile, prompt, META) == worker_answer("a", profile, prompt, META)
+    answers = {_answer(worker_answer("a", profile, prompt + str(i), META)[0]) for i in range(40)}
+    assert "42" in answers and len(answers) > 1
+
+
+@pytest.mark.parametrize("skill", [0.2, 0.5, 0.9])
+def test_accuracy_matches_skill(skill: float) -> None:
+    profile = SimWorkerProfile(skills={"math": skill})
+    n = 2000
+    right = sum(
+        _answer(worker_answer("w", profile, f"# Task\nq{i}\n# Your instruction\ngo", META)[0]) == "42" for i in range(n)
+    )
+    assert abs(right / n - skill) < 0.04
+
+
+def test_unsure_worker_takes_the_majority_it_sees() -> None:
+    profile = SimWorkerProfile(skills={"math": 0.3})
+    n, alone, helped = 1000, 0, 0
+    for i in range(n):
+        solo = f"# Task\nq{i}\n\n# Your instruction\naggregate"
+        seen = (
+            f"# Task\nq{i}\n\n## Step 0: answer\nANSWER: 42\n\n## Step 1: answer\nANSWER: 42\n\n"
+            f"## Step 2: answer\nANSWER: 7\n\n# Your instruction\naggregate"
+        )
+        alone += _answer(worker_answer("w", profile, solo, META)[0]) == "42"
+        helped += _answer(worker_answer("w", profile, seen, META)[0]) == "42"
+    # right alone 30%; seeing a correct majority, 30% + 70% * 60% = 72%
+    assert 0.25 < alone / n < 0.35 and 0.66 < helped / n < 0.78
+
+
+def test_wrong_answers_come_from_choices_or_near_numbers() -> None:
+    profile = SimWorkerProfile(default_skill=0.0)
+    mc = {"domain": "science", "answer": "B", "choices": ["A", "B", "C", "D"]}
+    for i in range(30):
+        assert _answer(worker_answer("w", profile, f"q{i}", mc)[0]) in {"A", "C", "D"}
+        assert _answer(worker_answer("w", profile, f"q{i}", META)[0]) != "42"
+
+
+def test_difficulty_scales_tokens() -> None:
+    profile = SimWorkerProfile(output_tokens=400)
+    easy = sum(worker_answer("w", profile, f"q{i}", {**META, "difficulty": "easy"})[1] for i in range(50))
+    hard = sum(worker_answer("w", profile, f"q{i}", {**META, "difficulty": "hard"})[1] for i in range(50))
+    assert 3.0 < hard / easy < 5.0
+
+
+SYSTEM = (
+    "## Workers\n- model_0: strongest at math\n- model_1: strongest at code\n- model_2: generalist\n\n"
+    "## How\n- worker: x"
+)
+
+
+def test_conductor_writes_shapes_by_difficulty() -> None:
+    profile = SimConductorProfile()
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Task:\nWhat is 2+2?"}]
+    easy = json.loads(conductor_output("conductor", profile, msgs, {"domain": "code"}, 5))
+    assert len(easy["steps"]) == 1 and easy["steps"][0]["worker"] == "model_1"
+    shapes = set()
+    for i in range(20):
+        msgs[1]["content"] = f"Task:\nhard task {i}"
+        wf = json.loads(conductor_output("conductor", profile, msgs, {"domain": "math", "difficulty": "hard"}, 5))
+        shapes.add(len(wf["steps"]))
+        assert all(s["worker"] in {"model_0", "model_1", "model_2"} for s in wf["steps"])
+    assert shapes == {3, 4}  # planner/solver/verifier and fan-out of three plus an aggregator
+
+
+def test_conductor_malformed_rate() -> None:
+    profile = SimConductorProfile(malformed_rate=1.0)
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Task:\nq"}]
+    outputs = {
+        conductor_output("c", profile, [msgs[0], {"role": "user", "content": f"Task:\n{i}"}], {}, 5) for i in range(30)
+    }
+    valid_json = 0
+    for text in outputs:
+        try:
+            json.loads(text)
+            valid_json += 1
+        except json.JSONDecodeError:
+            pass
+    assert valid_json < len(outputs)
+
+
+async def test_sim_goes_through_litellm_with_usage_and_cost() -> None:
+    spec = ModelSpec(model="sim/anyone", price=Pricing(input_per_mtok=1.0, output_per_mtok=2.0))
+    result = await providers.complete(spec, [{"role": "user", "content": "x" * 400}], metadata=META)
+    assert result.prompt_tokens == 100 and result.completion_tokens > 0
+    expected = (result.prompt_tokens * 1.0 + result.completion_tokens * 2.0) / 1e6
+    assert result.cost_usd == pytest.approx(expected)
+    assert result.answered_by == "sim/anyone" and result.attempts[0].ok
