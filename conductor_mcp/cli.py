@@ -54,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--status", help="only runs in this status")
     runs.add_argument("--json", action="store_true")
 
+    serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--allowed-host", action="append", default=[], help="extra Host header value to accept (DNS-rebinding guard)"
+    )
+
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
     return parser
@@ -82,6 +90,19 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
         if not isinstance(metadata, dict):
             raise ValueError("--metadata must be a JSON object")
     return task, context, metadata
+
+
+async def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp import server
+    from conductor_mcp.service import Service
+
+    service = Service(settings)
+    if args.http:
+        token = os.environ.get("CONDUCTOR_HTTP_TOKEN") or None
+        await server.serve_http(service, args.host, args.port, token, args.allowed_host)
+    else:
+        await server.serve_stdio(service)
+    return EXIT_OK
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
@@ -148,12 +169,15 @@ def _pools(args: argparse.Namespace, settings: Settings) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = Settings.from_env(state_dir=args.state_dir)
-    configure_logging(args.log_level or os.environ.get("CONDUCTOR_LOG_LEVEL") or "warning")
+    default_level = "info" if args.command == "serve" else "warning"
+    configure_logging(args.log_level or os.environ.get("CONDUCTOR_LOG_LEVEL") or default_level)
     from conductor_mcp.service import RequestError, RunNotFound
 
     try:
         if args.command in ("run", "plan"):
             return run_async(_run_or_plan(args, settings))
+        if args.command == "serve":
+            return run_async(_serve(args, settings))
         if args.command == "show":
             return _show(args, settings)
         if args.command == "runs":

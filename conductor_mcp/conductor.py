@@ -14,7 +14,7 @@ from typing import Any
 from conductor_mcp import providers
 from conductor_mcp.logs import get_logger
 from conductor_mcp.pool import ConductorSpec, Pool
-from conductor_mcp.transcript import ConductorCall
+from conductor_mcp.transcript import ConductorCall, Run
 from conductor_mcp.workflow import (
     Repair,
     Step,
@@ -163,3 +163,17 @@ async def plan_workflow(
         steps=[Step(worker=default, instruction=FALLBACK_INSTRUCTION, access=[])],
     )
     return Plan(workflow=fallback, calls=calls, fallback_reason=error)
+
+
+def continuation_context(parent: Run, feedback: str, output_limit: int = 4000) -> str:
+    """What a follow-up run sees of its parent: each step's instruction and answer, the final answer, feedback."""
+    lines = [f"## Earlier attempt (run {parent.id}, status {parent.status})"]
+    for step in parent.steps:
+        if step.status == "done":
+            output = step.output or ""
+            if len(output) > output_limit:
+                output = output[:output_limit] + f" … [{len(output) - output_limit} characters cut]"
+            lines.append(f"### Step {step.key} ({step.visible_id}): {step.instruction}\n{output}")
+    lines.append(f"### Final answer of the earlier attempt\n{parent.answer or '(none)'}")
+    lines.append(f"## Feedback on the earlier attempt\n{feedback}")
+    return "\n\n".join(lines)

@@ -25,7 +25,9 @@ from conductor_mcp.workflow import Workflow
 
 log = get_logger(__name__)
 
-EventKind = Literal["conductor_started", "conductor_finished", "step_started", "step_finished", "run_finished"]
+EventKind = Literal[
+    "conductor_started", "conductor_finished", "step_started", "step_finished", "heartbeat", "run_finished"
+]
 
 
 @dataclass
@@ -75,6 +77,34 @@ def messages_digest(messages: list[dict[str, Any]]) -> str:
 
 def _estimated_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages) // 4
+
+
+@dataclass
+class CostEstimate:
+    low_usd: float
+    high_usd: float
+    unpriced_workers: list[str]
+    assumption: str
+
+
+def estimate_cost(
+    workflow: Workflow, pool: Pool, task: str, context: str | None, low_tokens: int = 150, high_tokens: int = 2000
+) -> CostEstimate:
+    """A cost range for running a workflow: the real prompts, with each answer assumed low..high tokens long."""
+    totals = []
+    for answer_tokens in (low_tokens, high_tokens):
+        outputs = dict.fromkeys(range(len(workflow.steps)), "x" * (4 * answer_tokens))
+        cost = 0.0
+        for i, step in enumerate(workflow.steps):
+            price = providers.price_per_token(pool.worker(step.worker))
+            if price:
+                prompt = _estimated_tokens(worker_messages(task, context, workflow, i, outputs))
+                cost += prompt * price[0] + answer_tokens * price[1]
+        totals.append(round(cost, 6))
+    unpriced = sorted(
+        {pool.worker(s.worker).id for s in workflow.steps if not providers.price_per_token(pool.worker(s.worker))}
+    )
+    return CostEstimate(totals[0], totals[1], unpriced, f"each step answers in {low_tokens}-{high_tokens} tokens")
 
 
 class Executor:
@@ -164,9 +194,9 @@ class Executor:
         if run.budget.max_tokens is not None and tokens + estimate > run.budget.max_tokens:
             limit = run.budget.max_tokens
             return f"token budget reached: {tokens} spent + ~{estimate} for the next step > {limit}"
-        if run.budget.max_usd is not None:
-            price = self.pool.worker(run.workflow.steps[i].worker).price if run.workflow else None
-            next_cost = estimate * (price.input_per_mtok / 1e6) if price else 0.0
+        if run.budget.max_usd is not None and run.workflow is not None:
+            price = providers.price_per_token(self.pool.worker(run.workflow.steps[i].worker))
+            next_cost = estimate * price[0] if price else 0.0
             if usd + next_cost > run.budget.max_usd:
                 limit_usd = run.budget.max_usd
                 return f"USD budget reached: ${usd:.4f} spent + ~${next_cost:.4f} for the next step > ${limit_usd}"

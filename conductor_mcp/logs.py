@@ -54,6 +54,11 @@ def configure_logging(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(_level(level), logging.WARNING))  # third-party chatter stays quiet unless it matters
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):  # litellm installs plain-text handlers of its own
+        library_logger = logging.getLogger(name)
+        library_logger.handlers.clear()
+        library_logger.propagate = True
+        library_logger.setLevel(logging.WARNING)
     _configure_structlog(level)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -127,6 +128,11 @@ class Pool(BaseModel):
 
     def fallbacks_of(self, worker: WorkerSpec) -> list[WorkerSpec]:
         return [self.by_id(fallback) for fallback in worker.fallbacks]
+
+    def missing_keys(self) -> list[str]:
+        """Environment variables the pool's models need that are not set (names only, never values)."""
+        names = {spec.api_key_env for spec in [self.conductor, *self.workers] if spec.api_key_env}
+        return sorted(name for name in names if not os.environ.get(name))
 
     def digest(self) -> str:
         """Identifies the pool's content, so a stored run says exactly which pool it ran on."""

@@ -82,6 +82,18 @@ def _request(
     return request
 
 
+def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
+    """USD per input and output token: the pool file's price, else litellm's price map, else None."""
+    if spec.price:
+        return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+    try:
+        prompt_cost, _ = litellm.cost_per_token(model=spec.model, prompt_tokens=1, completion_tokens=0)
+        _, completion_cost = litellm.cost_per_token(model=spec.model, prompt_tokens=0, completion_tokens=1)
+    except Exception:  # litellm raises for models it has no price for
+        return None
+    return float(prompt_cost), float(completion_cost)
+
+
 def _cost(response: Any) -> float:
     cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
     if cost is None:

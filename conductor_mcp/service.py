@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from conductor_mcp.conductor import plan_workflow
+import anyio
+
+from conductor_mcp.conductor import continuation_context, plan_workflow
 from conductor_mcp.config import MAX_CONTEXT_CHARS, MAX_STEPS_LIMIT, MAX_TASK_CHARS, Settings
 from conductor_mcp.executor import Executor, ProgressCallback, ProgressEvent, emit
+from conductor_mcp.leases import Lease
 from conductor_mcp.logs import get_logger
 from conductor_mcp.pool import Pool, PoolError, available_pools, load_pool
 from conductor_mcp.store import RunNotFound, Store
@@ -47,7 +51,11 @@ class Service:
     def __init__(self, settings: Settings | None = None, store: Store | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self.store = store or Store(self.settings.db_path)
+        self.lease = Lease(self.settings.state_dir)
         self._pools: dict[str, Pool] = {}
+        self._active: dict[str, tuple[Run, asyncio.Task[Run]]] = {}
+        self._listeners: dict[str, list[ProgressCallback]] = defaultdict(list)
+        self._closing = False
 
     # -- pools ------------------------------------------------------------------------------------
     def pool(self, name: str | None = None) -> Pool:
@@ -143,33 +151,175 @@ class Service:
         budget: Budget | None = None,
         on_event: ProgressCallback | None = None,
     ) -> Run:
-        """Plan and run; returns the finished (or failed) run. Cancellation is recorded, then re-raised."""
-        run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget)
-        return await self._execute(run, pool_, on_event, plan_first=True)
+        """Plan and run to the end; returns the finished (or failed) run. Cancelling the caller cancels the run."""
+        run = self.start(task, pool, max_steps, context, metadata, budget)
+        return await self.wait(run.id, None, on_event)
 
-    async def run_planned(self, run_id: str, on_event: ProgressCallback | None = None) -> Run:
-        """Execute a stored plan (a run in status `planned`) on the pool it was planned for."""
-        run = self.store.load_run(run_id)
-        if run.status != "planned":
-            raise RequestError(f"run_id: run {run_id} is {run.status}, not planned")
+    def start(
+        self,
+        task: str,
+        pool: str | None = None,
+        max_steps: int | None = None,
+        context: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        budget: Budget | None = None,
+        parent_id: str | None = None,
+    ) -> Run:
+        """Validate, store and start a run in the background; `wait` collects it."""
+        run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget)
+        run.parent_id = parent_id
+        self._launch(run, pool_)
+        return run
+
+    def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
+        """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).
+
+        - running here: the same run, to collect;
+        - planned: its stored plan starts;
+        - interrupted, failed or cancelled: it resumes; finished steps are kept and not called again;
+        - with feedback (any run not running): a new run on the same task whose conductor and workers see the
+          earlier transcript and the feedback; it links to its parent.
+        """
+        run = self.status(run_id)
+        if run.id in self._active:
+            if feedback:
+                raise RequestError(f"feedback: run {run_id} is still running; collect it before giving feedback")
+            return self._active[run.id][0]
+        if run.status == "running":
+            raise RequestError(f"run_id: run {run_id} is running in another server process")
+        if feedback is not None:
+            if not feedback.strip():
+                raise RequestError("feedback: must not be empty when given")
+            if len(feedback) > MAX_TASK_CHARS:
+                raise RequestError(f"feedback: {len(feedback)} characters exceeds the limit of {MAX_TASK_CHARS}")
+            context = continuation_context(run, feedback)
+            if run.context:
+                context = f"{run.context}\n\n{context}"
+            return self.start(
+                run.task,
+                run.pool,
+                run.max_steps,
+                context[-MAX_CONTEXT_CHARS:],
+                run.metadata,
+                run.budget,
+                parent_id=run.id,
+            )
+        if run.status == "done":
+            return run
         try:
             pool_ = self.pool(run.pool)
         except PoolError as exc:
             raise RequestError(f"pool: {exc}") from None
         if pool_.digest() != run.pool_digest:
-            log.warning("pool_changed_since_plan", run_id=run_id, pool=run.pool)
-        return await self._execute(run, pool_, on_event, plan_first=False)
+            log.warning("pool_changed_since_run_started", run_id=run_id, pool=run.pool)
+        run.error = None
+        self._launch(run, pool_)
+        return run
 
-    async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback | None, plan_first: bool) -> Run:
-        run.status, run.started_at = "running", now()
+    async def run_planned(self, run_id: str, on_event: ProgressCallback | None = None) -> Run:
+        """Execute a stored plan (a run in status `planned`) on the pool it was planned for."""
+        if self.status(run_id).status != "planned":
+            raise RequestError(f"run_id: run {run_id} is {self.status(run_id).status}, not planned")
+        run = self.continue_run(run_id)
+        return await self.wait(run.id, None, on_event)
+
+    async def wait(
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_event: ProgressCallback | None = None,
+        heartbeat_s: float | None = None,
+    ) -> Run:
+        """Wait up to `timeout_s` (None: to the end) for a run, relaying its progress to `on_event`.
+
+        Past the timeout the run goes on in the background and comes back with status `running`. If the
+        waiting caller is cancelled, the run is cancelled too (its finished steps are kept).
+        """
+        if run_id not in self._active:
+            return self.status(run_id)
+        run, task = self._active[run_id]
+        queue: asyncio.Queue[ProgressEvent] = asyncio.Queue()
+        self._listeners[run_id].append(queue.put)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        try:
+            while not task.done():
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                pause = min(x for x in (remaining, heartbeat_s, 3600.0) if x is not None)
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, task}, timeout=pause, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    await emit(on_event, getter.result())
+                    continue
+                getter.cancel()
+                if not done and heartbeat_s is not None:
+                    finished = sum(1 for s in run.steps if s.status == "done")
+                    await emit(
+                        on_event,
+                        ProgressEvent(
+                            "heartbeat",
+                            run_id,
+                            f"still running: {finished}/{len(run.steps)} steps done",
+                            finished_steps=finished,
+                            total_steps=len(run.steps),
+                        ),
+                    )
+        except asyncio.CancelledError:
+            await self.cancel(run_id)
+            raise
+        finally:
+            self._listeners[run_id].remove(queue.put)
+        while not queue.empty():
+            await emit(on_event, queue.get_nowait())
+        return run
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run executing here and wait (shielded) until its cancellation is recorded."""
+        entry = self._active.get(run_id)
+        if entry is None:
+            return
+        entry[1].cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({entry[1]}, timeout=10)
+
+    async def close(self) -> None:
+        """Stop: runs still executing are recorded as interrupted, to be resumed by any later process."""
+        self._closing = True
+        for run_id in list(self._active):
+            await self.cancel(run_id)
+        self.lease.close()
+
+    def _launch(self, run: Run, pool: Pool) -> None:
+        run.status, run.owner = "running", self.lease.token
+        run.started_at = run.started_at or now()
         self.store.save_run(run)
+
+        async def relay(event: ProgressEvent) -> None:
+            for listener in list(self._listeners.get(run.id, ())):
+                await listener(event)
+
+        task = asyncio.get_running_loop().create_task(self._execute(run, pool, relay), name=f"run-{run.id}")
+        self._active[run.id] = (run, task)
+        task.add_done_callback(lambda _: self._forget(run.id))
+
+    def _forget(self, run_id: str) -> None:
+        self._active.pop(run_id, None)
+        if not self._listeners.get(run_id):
+            self._listeners.pop(run_id, None)
+
+    async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback) -> Run:
         log.info("run_started", run_id=run.id, pool=pool.name)
         try:
-            if plan_first:
+            if run.workflow is None:
                 await self._conduct(run, pool, on_event)
             await Executor(pool, self.store, on_event, self.settings.step_timeout_s).execute(run)
         except asyncio.CancelledError:
-            run.status, run.error = "cancelled", "cancelled by the caller"
+            if self._closing:
+                run.status, run.error = "interrupted", "the server stopped; continue_workflow resumes it"
+            else:
+                run.status, run.error = "cancelled", "cancelled by the caller"
             raise
         except Exception as exc:  # an engine bug must still leave a readable, finished record
             log.exception("run_crashed", run_id=run.id)
@@ -185,19 +335,37 @@ class Service:
                 tokens=run.totals.total_tokens,
                 cost_usd=run.totals.cost_usd,
             )
-        await emit(
-            on_event,
-            ProgressEvent(
-                "run_finished", run.id, f"run {run.status}", finished_steps=run.totals.steps, total_steps=len(run.steps)
-            ),
-        )
+            await emit(
+                on_event,
+                ProgressEvent(
+                    "run_finished",
+                    run.id,
+                    f"run {run.status}",
+                    finished_steps=run.totals.steps,
+                    total_steps=len(run.steps),
+                ),
+            )
         return run
 
     def status(self, run_id: str) -> Run:
-        """The stored run as it stands now (a run in progress shows its finished steps)."""
-        return self.store.load_run(run_id)
+        """The run as it stands now; a `running` run whose process died is marked `interrupted` here."""
+        if run_id in self._active:
+            return self._active[run_id][0]
+        run = self.store.load_run(run_id)
+        if run.status == "running" and not self.lease.is_alive(run.owner):
+            run.status, run.error = "interrupted", "the process running it stopped; continue_workflow resumes it"
+            for step in run.steps:
+                if step.status == "running":
+                    step.status, step.error = "cancelled", "interrupted"
+                    self.store.save_step(run.id, step.index, step, None)
+            self.store.save_run(run)
+        return run
 
     def list_runs(self, limit: int = 20, status: str | None = None) -> list[dict[str, Any]]:
         if not 1 <= limit <= 1000:
             raise RequestError(f"limit: must be between 1 and 1000, got {limit}")
-        return self.store.list_runs(limit, status)
+        rows = self.store.list_runs(limit, status)
+        for row in rows:
+            if row["status"] == "running":
+                row["status"] = self.status(row["id"]).status
+        return rows

@@ -99,6 +99,7 @@ class Run(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     status: RunStatus = "planned"
     parent_id: str | None = None
+    owner: str | None = Field(None, description="lease token of the process executing the run")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     started_at: str | None = None

@@ -26,14 +26,14 @@ from typing import Any
 
 os.environ["CONDUCTOR_SIM_TIME_SCALE"] = "1"
 
-import litellm  # noqa: E402
+import litellm
 
-from conductor_mcp import providers  # noqa: E402
-from conductor_mcp.executor import Executor  # noqa: E402
-from conductor_mcp.pool import parse_pool  # noqa: E402
-from conductor_mcp.store import Store  # noqa: E402
-from conductor_mcp.transcript import Run  # noqa: E402
-from conductor_mcp.workflow import Step, Workflow  # noqa: E402
+from conductor_mcp import providers
+from conductor_mcp.executor import Executor
+from conductor_mcp.pool import parse_pool
+from conductor_mcp.store import Store
+from conductor_mcp.transcript import Run
+from conductor_mcp.workflow import Step, Workflow
 
 FAN_LATENCIES = [0.20, 0.30, 0.40, 0.50]
 AGGREGATOR_LATENCY = 0.20
@@ -77,7 +77,9 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
 async def per_step(pool: Any, store: Store, steps: int) -> tuple[float, float, float]:
     """ms per call: direct litellm, providers.complete, executor step; all on identical messages."""
     chain = Workflow(
-        steps=[Step(worker="instant", instruction=f"Refine step {i}.", access=[i - 1] if i else []) for i in range(steps)]
+        steps=[
+            Step(worker="instant", instruction=f"Refine step {i}.", access=[i - 1] if i else []) for i in range(steps)
+        ]
     )
     run = new_run(pool, chain)
     started = time.perf_counter()
@@ -126,15 +128,19 @@ async def main() -> int:
         print(f"per-step overhead, instant simulated workers ({args.steps} chained steps, median of {args.reps} runs)")
         print(f"  litellm.acompletion direct    {direct:7.3f} ms/call")
         print(f"  providers.complete            {provider:7.3f} ms/call   ({provider / direct:.2f}x direct)")
-        print(f"  executor step (all included)  {executor:7.3f} ms/step   ({executor / direct:.2f}x direct)"
-              f"   target < 5 ms: {'PASS' if executor < 5 else 'FAIL'}")
+        print(
+            f"  executor step (all included)  {executor:7.3f} ms/step   ({executor / direct:.2f}x direct)"
+            f"   target < 5 ms: {'PASS' if executor < 5 else 'FAIL'}"
+        )
         print(f"  engine's own share            {own:7.3f} ms/step   target < 1 ms: {'PASS' if own < 1 else 'FAIL'}")
         fans = [await fan_out(pool, store) for _ in range(args.reps)]
         wall, critical, sequential = (statistics.median(col) for col in zip(*fans, strict=True))
         print(f"\n4-way fan-out + aggregator (branch latencies {FAN_LATENCIES} s, aggregator {AGGREGATOR_LATENCY} s)")
         print(f"  wall time        {wall:6.3f} s")
-        print(f"  critical path    {critical:6.3f} s   wall/critical   = {wall / critical:.3f}"
-              f"   target <= 1.10: {'PASS' if wall / critical <= 1.10 else 'FAIL'}")
+        print(
+            f"  critical path    {critical:6.3f} s   wall/critical   = {wall / critical:.3f}"
+            f"   target <= 1.10: {'PASS' if wall / critical <= 1.10 else 'FAIL'}"
+        )
         print(f"  sequential       {sequential:6.3f} s   wall/sequential = {wall / sequential:.3f}")
         store.close()
     return 0
