@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,7 +18,7 @@ from conductor_mcp import providers
 from conductor_mcp.logs import get_logger
 from conductor_mcp.pool import Pool
 from conductor_mcp.store import Store
-from conductor_mcp.transcript import Run, StepRecord, now
+from conductor_mcp.transcript import Run, StepRecord, messages_digest, now
 from conductor_mcp.workflow import Workflow
 
 log = get_logger(__name__)
@@ -69,10 +67,6 @@ def worker_messages(
         parts.append("# Work from your team that you may use\n\n" + "\n\n".join(seen))
     parts.append(f"# Your instruction\n{step.instruction}")
     return [{"role": "user", "content": "\n\n".join(parts)}]
-
-
-def messages_digest(messages: list[dict[str, Any]]) -> str:
-    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _estimated_tokens(messages: list[dict[str, Any]]) -> int:
@@ -216,6 +210,7 @@ class Executor:
         record.status, record.started_at = "running", now()
         record.messages_digest = messages_digest(messages)
         self.store.save_step(run.id, i, record, messages)
+        log.debug("step_started", run_id=run.id, step=i, worker=worker.id, digest=record.messages_digest)
         total = len(run.steps)
         finished = sum(1 for r in run.steps if r.status == "done")
         await emit(
@@ -248,6 +243,7 @@ class Executor:
             record.cost_usd, record.latency_s = result.cost_usd, round(result.latency_s, 4)
         record.ended_at = now()
         self.store.save_step(run.id, i, record, None)
+        log.debug("step_finished", run_id=run.id, step=i, status=record.status, tokens=record.completion_tokens)
         finished = sum(1 for r in run.steps if r.status == "done")
         await emit(
             self.on_event,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -189,8 +190,14 @@ TaskArg = Annotated[
         description="The task, stated completely: workers see only this, `context`, and the steps they are shown.",
     ),
 ]
+POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]*$"  # names on the pool search path only: never a file path
 PoolArg = Annotated[
-    str | None, Field(description="Pool of workers to use (see the `pools` tool). Default: the server's default.")
+    str | None,
+    Field(
+        pattern=POOL_NAME,
+        max_length=100,
+        description="Pool of workers to use (see the `pools` tool). Default: the server's default.",
+    ),
 ]
 MaxStepsArg = Annotated[
     int | None,
@@ -365,6 +372,8 @@ def build_server(service: Service) -> MCPServer:
         description="A pool's configuration (key values are never included, only the variable names).",
     )
     def pool_resource(name: str) -> str:
+        if not re.match(POOL_NAME, name):
+            raise ResourceError(f"no pool named {name!r}")
         try:
             return service.pool(name).model_dump_json(indent=2)
         except PoolError as exc:

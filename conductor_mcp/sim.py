@@ -30,6 +30,8 @@ import litellm
 from litellm import CustomLLM
 from pydantic import BaseModel, ConfigDict, Field
 
+from conductor_mcp.transcript import messages_digest
+
 PREFIX = "sim/"
 ANSWER_LINE = re.compile(r"^ANSWER:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 UNSURE_SHARE = 0.6  # of a worker's wrong draws, the share in which it defers to the answers it sees
@@ -273,6 +275,7 @@ class SimProvider(CustomLLM):
         scaled = latency * time_scale()
         if scaled > 0:
             await asyncio.sleep(scaled)
+        _log_call(model, messages)
         model_response.choices[0].message.content = text  # type: ignore[union-attr]
         model_response.choices[0].finish_reason = "stop"
         prompt_tokens = _tokens(prompt)
@@ -283,6 +286,19 @@ class SimProvider(CustomLLM):
         )
         model_response.model = model
         return model_response
+
+
+def _log_call(model: str, messages: list[dict[str, Any]]) -> None:
+    """With CONDUCTOR_SIM_CALL_LOG set, append each completed call (model, digest of its messages) to that file.
+
+    Tests use it as the provider's own record of what it answered, e.g. to prove that resuming an
+    interrupted run calls no finished step again.
+    """
+    path = os.environ.get("CONDUCTOR_SIM_CALL_LOG")
+    if path:
+        line = json.dumps({"model": model, "digest": messages_digest(messages)}) + "\n"
+        with open(path, "a", encoding="utf-8") as log_file:  # one short append: atomic between processes
+            log_file.write(line)
 
 
 _provider = SimProvider()

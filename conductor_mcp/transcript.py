@@ -8,6 +8,8 @@ carries their digest so a transcript can be checked against them.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -16,6 +18,11 @@ from conductor_mcp.workflow import Repair, Workflow
 
 RunStatus = Literal["planned", "running", "done", "failed", "interrupted", "cancelled"]
 StepStatus = Literal["pending", "running", "done", "failed", "cancelled", "skipped"]
+
+
+def messages_digest(messages: list[dict[str, Any]]) -> str:
+    """Identifies the exact messages a model received (the messages themselves are kept in the store)."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def now() -> str:
