@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     def task_command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("task", help="the task, or '-' to read it from stdin")
-        p.add_argument("--pool", help="pool name or YAML path (env CONDUCTOR_POOL; default: sim)")
+        p.add_argument("--pool", help="pool name or YAML path (env CONDUCTOR_POOL; default: see `doctor`)")
         p.add_argument("--max-steps", type=int, help="most steps the conductor may write (default: the pool's)")
         p.add_argument("--context-file", type=Path, help="a file whose text every worker sees with the task")
         p.add_argument("--metadata", help="task metadata as JSON, e.g. the simulator's domain and answer")
@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--allowed-host", action="append", default=[], help="extra Host header value to accept (DNS-rebinding guard)"
     )
+
+    sub.add_parser("doctor", help="say which pools can run here, which is the default, and why")
+    local_cmd = sub.add_parser("local", help="manage a resident server for the embedded local model")
+    local_cmd.add_argument("action", choices=["up", "down", "status"])
+    local_cmd.add_argument("--model", default="gemma3-270m", help="local model name (default gemma3-270m)")
 
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
@@ -166,11 +171,47 @@ def _pools(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_BAD_INPUT if any(s.error for s in summaries) else EXIT_OK
 
 
+def _doctor(settings: Settings) -> int:
+    from conductor_mcp.doctor import diagnose
+    from conductor_mcp.service import Service
+
+    service = Service(settings)
+    reason = "CONDUCTOR_POOL" if settings.default_pool else "the first pool whose API keys are set, else local"
+    print(f"default pool: {service.default_pool_name()} ({reason})")
+    for diagnosis in diagnose(list(settings.pool_dirs)):
+        print(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
+        for problem in diagnosis.problems:
+            print(f"{'':<12} - {problem}")
+    return EXIT_OK
+
+
+def _local(args: argparse.Namespace) -> int:
+    from conductor_mcp.local import servers
+
+    registry = servers()
+    if args.action == "up":
+        running = registry.up(args.model)
+        print(f"{args.model} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down")
+    elif args.action == "down":
+        print(f"{args.model} stopped" if registry.down(args.model) else f"no resident {args.model} server was running")
+    else:
+        running = registry.resident(args.model)
+        print(
+            f"{args.model} serving at {running.base_url} (pid {running.pid})"
+            if running
+            else f"{args.model}: not running"
+        )
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.state_dir:  # one place for every component, local model servers included
+        os.environ["CONDUCTOR_STATE_DIR"] = str(args.state_dir)
     settings = Settings.from_env(state_dir=args.state_dir)
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(args.log_level or os.environ.get("CONDUCTOR_LOG_LEVEL") or default_level)
+    from conductor_mcp.local import LocalModelError
     from conductor_mcp.service import RequestError, RunNotFound
 
     try:
@@ -182,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
             return _show(args, settings)
         if args.command == "runs":
             return _runs(args, settings)
+        if args.command == "doctor":
+            return _doctor(settings)
+        if args.command == "local":
+            return _local(args)
         return _pools(args, settings)
-    except (RequestError, RunNotFound, PoolError, ValueError, OSError) as exc:
+    except (RequestError, RunNotFound, PoolError, LocalModelError, ValueError, OSError) as exc:
         print(f"conductor-mcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

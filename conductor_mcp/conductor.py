@@ -112,7 +112,7 @@ async def plan_workflow(
 ) -> Plan:
     """Ask the conductor for a workflow; retry once with the error shown; else fall back to one step."""
     ids = pool.visible_ids()
-    schema = workflow_json_schema(ids, max_steps)
+    schema = workflow_json_schema(ids, max_steps, pool.conductor.max_text_chars)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(pool, max_steps)},
         {"role": "user", "content": task_prompt(task, context)},

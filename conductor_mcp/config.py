@@ -19,7 +19,7 @@ MAX_CONTEXT_CHARS = 400_000
 class Settings:
     state_dir: Path
     pool_dirs: tuple[Path, ...]
-    default_pool: str = "sim"
+    default_pool: str | None = None  # None: chosen by doctor.default_pool
     log_level: str = "info"
     step_timeout_s: float = 600.0
     extra: dict[str, str] = field(default_factory=dict)
@@ -33,7 +33,7 @@ class Settings:
         settings = cls(
             state_dir=state_dir.expanduser(),
             pool_dirs=(*user_dirs, builtin_pool_dir()),
-            default_pool=env.get("CONDUCTOR_POOL") or "sim",
+            default_pool=env.get("CONDUCTOR_POOL") or None,
             log_level=env.get("CONDUCTOR_LOG_LEVEL", "info").lower(),
         )
         return replace(settings, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]

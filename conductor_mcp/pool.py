@@ -42,6 +42,9 @@ class ModelSpec(BaseModel):
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
     params: dict[str, Any] = Field(default_factory=dict, description="generation params passed to litellm")
     price: Pricing | None = Field(None, description="overrides litellm's price map (needed for hosted_vllm/)")
+    prompt_style: Literal["chat", "completion"] = Field(
+        "chat", description="'completion' flattens the messages into one prompt, for base models"
+    )
     timeout_s: float = Field(120.0, gt=0, description="deadline of one attempt")
     max_retries: int = Field(2, ge=0, le=10, description="retries on rate limits, timeouts, 5xx, connection errors")
 
@@ -73,6 +76,9 @@ class ConductorSpec(ModelSpec):
         description="how the backend takes a JSON schema: vLLM/OpenAI 'json_schema', llama.cpp 'json_object'",
     )
     timeout_s: float = Field(180.0, gt=0)
+    max_text_chars: int | None = Field(
+        None, ge=20, description="caps reasoning and instructions in the schema, so small models cannot ramble"
+    )
 
 
 class Pool(BaseModel):

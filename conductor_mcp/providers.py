@@ -16,7 +16,7 @@ from typing import Any
 
 import litellm
 
-from conductor_mcp import sim
+from conductor_mcp import local, sim
 from conductor_mcp.logs import get_logger, redact
 from conductor_mcp.pool import ModelSpec
 from conductor_mcp.transcript import Attempt
@@ -82,6 +82,29 @@ def _request(
     return request
 
 
+async def _served(spec: ModelSpec) -> ModelSpec:
+    """The spec litellm can call: a `local/<name>` model becomes the llama.cpp server that serves it."""
+    if not local.is_local(spec.model):
+        return spec
+    name = spec.model.removeprefix(local.PREFIX)
+    base_url = await local.servers().ensure(name)
+    return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url})
+
+
+def completion_prompt(messages: list[dict[str, Any]]) -> str:
+    """Chat messages as one Question/Answer prompt, the form a base model continues sensibly."""
+    parts = []
+    for message in messages:
+        content = str(message.get("content") or "").strip()
+        if message.get("role") == "system":
+            parts.append(f"{content}\n")
+        elif message.get("role") == "assistant":
+            parts.append(f" {content}\n")
+        else:
+            parts.append(f"Question: {content}\nAnswer:")
+    return "\n".join(parts)
+
+
 def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
     """USD per input and output token: the pool file's price, else litellm's price map, else None."""
     if spec.price:
@@ -118,15 +141,19 @@ async def _call_with_retries(
     **extra: Any,
 ) -> Completion:
     try:
-        request = _request(spec, messages, metadata, **extra)
-    except ValueError as exc:
+        request = _request(await _served(spec), messages, metadata, **extra)
+    except (ValueError, local.LocalModelError) as exc:
         attempts.append(Attempt(model=spec.model, worker=label, ok=False, error=str(exc)))
         raise ProviderError(f"{spec.model}: {exc}", attempts) from None
+    if spec.prompt_style == "completion":
+        request["prompt"] = completion_prompt(request.pop("messages"))
+        request.pop("response_format", None)
+    call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
     for attempt in range(spec.max_retries + 1):
         started = time.perf_counter()
         try:
             async with asyncio.timeout(spec.timeout_s):
-                response = await litellm.acompletion(**request)
+                response = await call(**request)
         except RETRYABLE as exc:
             attempts.append(_failed(spec, label, exc, started))
             if attempt == spec.max_retries:
@@ -148,8 +175,9 @@ async def _call_with_retries(
         attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
         choice = response.choices[0]
         usage = getattr(response, "usage", None)
+        text = choice.text if spec.prompt_style == "completion" else choice.message.content
         return Completion(
-            text=choice.message.content or "",
+            text=(text or "").strip() if spec.prompt_style == "completion" else text or "",
             finish_reason=choice.finish_reason,
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),

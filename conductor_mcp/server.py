@@ -338,7 +338,7 @@ def build_server(service: Service) -> MCPServer:
     @server.tool(description="List the pools of workers available, with each worker's strengths.")
     def pools() -> PoolsResult:
         return PoolsResult(
-            default_pool=service.settings.default_pool, pools=[_pool_info(service, s) for s in service.pools()]
+            default_pool=service.default_pool_name(), pools=[_pool_info(service, s) for s in service.pools()]
         )
 
     @server.resource(

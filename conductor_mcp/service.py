@@ -16,6 +16,7 @@ import anyio
 
 from conductor_mcp.conductor import continuation_context, plan_workflow
 from conductor_mcp.config import MAX_CONTEXT_CHARS, MAX_STEPS_LIMIT, MAX_TASK_CHARS, Settings
+from conductor_mcp.doctor import default_pool
 from conductor_mcp.executor import Executor, ProgressCallback, ProgressEvent, emit
 from conductor_mcp.leases import Lease
 from conductor_mcp.logs import get_logger
@@ -56,10 +57,17 @@ class Service:
         self._active: dict[str, tuple[Run, asyncio.Task[Run]]] = {}
         self._listeners: dict[str, list[ProgressCallback]] = defaultdict(list)
         self._closing = False
+        self._default_pool: str | None = None
 
     # -- pools ------------------------------------------------------------------------------------
+    def default_pool_name(self) -> str:
+        """CONDUCTOR_POOL, else the first pool whose API keys are all set, else the local pool."""
+        if self._default_pool is None:
+            self._default_pool = self.settings.default_pool or default_pool(list(self.settings.pool_dirs))
+        return self._default_pool
+
     def pool(self, name: str | None = None) -> Pool:
-        key = name or self.settings.default_pool
+        key = name or self.default_pool_name()
         if key not in self._pools:
             self._pools[key] = load_pool(key, list(self.settings.pool_dirs))
         return self._pools[key]

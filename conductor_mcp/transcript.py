@@ -162,12 +162,17 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def worker_label(step: StepRecord) -> str:
+    """The id the conductor used, with the pool's worker id when the pool is anonymised."""
+    return step.visible_id if step.visible_id == step.worker else f"{step.visible_id} ({step.worker})"
+
+
 def mermaid(run: Run) -> str:
     """The workflow's topology: who saw whom. Steps with no edge between them ran in parallel."""
     lines = ["flowchart LR", '  task(["task"])']
     for step in run.steps:
         node = f"s{step.key.replace('.', '_')}"
-        lines.append(f'  {node}["{step.key}: {step.visible_id} ({step.worker})"]')
+        lines.append(f'  {node}["{step.key}: {worker_label(step)}"]')
         if not step.access:
             lines.append(f"  task --> {node}")
         for source in step.access:
@@ -200,7 +205,7 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
             instruction = _cell(_excerpt(s.instruction, instruction_limit))
             tokens = s.prompt_tokens + s.completion_tokens
             rows.append(
-                f"| {s.key} | {_cell(s.visible_id)} ({_cell(s.worker)}) | {instruction} | {sees} | {s.status} "
+                f"| {s.key} | {_cell(worker_label(s))} | {instruction} | {sees} | {s.status} "
                 f"| {tokens} | ${s.cost_usd:.4f} | {s.latency_s:.2f}s |"
             )
         parts.append("\n".join(rows))

@@ -60,12 +60,18 @@ class ParsedWorkflow(BaseModel):
     repairs: list[Repair] = Field(default_factory=list)
 
 
-def workflow_json_schema(worker_ids: list[str], max_steps: int) -> dict[str, Any]:
-    """The JSON schema the conductor's decoding is constrained to: short reasoning first, then the steps."""
+def workflow_json_schema(worker_ids: list[str], max_steps: int, max_text_chars: int | None = None) -> dict[str, Any]:
+    """The JSON schema the conductor's decoding is constrained to: short reasoning first, then the steps.
+
+    `max_text_chars` bounds the free-text fields, for backends (llama.cpp, vLLM) whose grammars enforce it.
+    """
+    text: dict[str, Any] = {"type": "string"}
+    if max_text_chars:
+        text["maxLength"] = max_text_chars
     return {
         "type": "object",
         "properties": {
-            "reasoning": {"type": "string"},
+            "reasoning": text,
             "steps": {
                 "type": "array",
                 "maxItems": max_steps,
@@ -73,7 +79,7 @@ def workflow_json_schema(worker_ids: list[str], max_steps: int) -> dict[str, Any
                     "type": "object",
                     "properties": {
                         "worker": {"type": "string", "enum": list(worker_ids)},
-                        "instruction": {"type": "string"},
+                        "instruction": text,
                         "access": {
                             "anyOf": [
                                 {"type": "string", "enum": [ALL]},

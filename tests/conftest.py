@@ -16,7 +16,7 @@ from conductor_mcp.service import Service
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONDUCTOR_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("CONDUCTOR_SIM_TIME_SCALE", "0")
-    monkeypatch.delenv("CONDUCTOR_POOL", raising=False)
+    monkeypatch.setenv("CONDUCTOR_POOL", "sim")  # tests that need the automatic choice unset it
     monkeypatch.delenv("CONDUCTOR_POOL_PATH", raising=False)
 
 

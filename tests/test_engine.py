@@ -408,7 +408,7 @@ def test_run_ids_are_random() -> None:
 
 
 def test_shipped_sim_pool_runs(tmp_path: Path) -> None:
-    service = Service(Settings.from_env(state_dir=tmp_path / "s"))
+    service = Service(Settings.from_env(state_dir=tmp_path / "s"))  # CONDUCTOR_POOL=sim (conftest)
     run = asyncio.run(service.orchestrate("What is 6*7?", metadata={"domain": "math", "answer": "42"}))
     assert run.pool == "sim" and run.status == "done"
     assert load_pool("sim", list(service.settings.pool_dirs)).digest() == run.pool_digest
