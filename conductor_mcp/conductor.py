@@ -13,9 +13,10 @@ from typing import Any
 
 from conductor_mcp import providers
 from conductor_mcp.logs import get_logger
-from conductor_mcp.pool import ConductorSpec, Pool
+from conductor_mcp.pool import CONDUCTOR_ID, ConductorSpec, Pool
 from conductor_mcp.transcript import ConductorCall, Run
 from conductor_mcp.workflow import (
+    WORK_SO_FAR,
     Repair,
     Step,
     Workflow,
@@ -28,12 +29,23 @@ from conductor_mcp.workflow import (
 log = get_logger(__name__)
 
 FALLBACK_INSTRUCTION = "Solve the task completely and state the final answer clearly."
+CORRECTION_REQUEST = (
+    "Write a corrective workflow for the team (it runs after the work above), or reply with an empty steps "
+    "list if the current answer stands."
+)
+CONDUCTOR_DESCRIPTION = (
+    "You, the Conductor, as a worker: you read the instructions and answers of the steps in your access list, "
+    "then write a corrective workflow for the team or stop when the answer stands. Use it to check and repair."
+)
 
 
 def system_prompt(pool: Pool, max_steps: int) -> str:
     """Everything that does not depend on the task, in a stable order (the prompt-cache prefix)."""
     ids = pool.visible_ids()
-    workers = "\n".join(f"- {vid}: {' '.join(w.description.split())}" for vid, w in zip(ids, pool.workers, strict=True))
+    lines = [f"- {vid}: {' '.join(w.description.split())}" for vid, w in zip(ids, pool.workers, strict=True)]
+    if pool.recursion:
+        lines.append(f"- {CONDUCTOR_ID}: {CONDUCTOR_DESCRIPTION}")
+    workers = "\n".join(lines)
     first, second = ids[0], ids[min(1, len(ids) - 1)]
     easy = {
         "reasoning": "A short factual question: one capable worker is enough.",
@@ -105,18 +117,67 @@ class Plan:
     calls: list[ConductorCall] = field(default_factory=list)
     repairs: list[Repair] = field(default_factory=list)
     fallback_reason: str | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
 
 async def plan_workflow(
     pool: Pool, task: str, context: str | None, max_steps: int, metadata: dict[str, Any] | None = None
 ) -> Plan:
     """Ask the conductor for a workflow; retry once with the error shown; else fall back to one step."""
-    ids = pool.visible_ids()
-    schema = workflow_json_schema(ids, max_steps, pool.conductor.max_text_chars)
-    messages: list[dict[str, Any]] = [
+    messages = [
         {"role": "system", "content": system_prompt(pool, max_steps)},
         {"role": "user", "content": task_prompt(task, context)},
     ]
+    plan = await _ask(pool, messages, max_steps, allow_empty=False, metadata=metadata)
+    if plan.fallback_reason is None:
+        return plan
+    default = pool.visible_id(pool.default_worker or pool.workers[0].id)
+    log.warning("conductor_fallback", reason=plan.fallback_reason, worker=default)
+    plan.workflow = Workflow(
+        reasoning=f"Fallback: {plan.fallback_reason}",
+        steps=[Step(worker=default, instruction=FALLBACK_INSTRUCTION, access=[])],
+    )
+    return plan
+
+
+async def plan_correction(
+    pool: Pool,
+    task: str,
+    context: str | None,
+    seen: list[tuple[str, str]],
+    instruction: str,
+    max_steps: int,
+    metadata: dict[str, Any] | None = None,
+) -> Plan:
+    """The conductor as a worker: it reads the (instruction, answer) pairs it may see and writes a corrective
+    workflow, or an empty one meaning the current answer stands. If it cannot answer usably, the answer stands.
+    """
+    work = "\n\n".join(
+        f"### Step {i}: {step_instruction}\n{answer}" for i, (step_instruction, answer) in enumerate(seen)
+    )
+    messages = [
+        {"role": "system", "content": system_prompt(pool, max_steps)},
+        {
+            "role": "user",
+            "content": f"{task_prompt(task, context)}\n\n{WORK_SO_FAR}\n{work or '(no steps yet)'}\n\n"
+            f"## Your instruction as a worker\n{instruction}\n\n{CORRECTION_REQUEST}",
+        },
+    ]
+    plan = await _ask(pool, messages, max_steps, allow_empty=True, metadata=metadata)
+    if plan.fallback_reason is not None:
+        plan.workflow = Workflow(reasoning=f"No usable correction ({plan.fallback_reason}): the answer stands.")
+    return plan
+
+
+async def _ask(
+    pool: Pool, messages: list[dict[str, Any]], max_steps: int, allow_empty: bool, metadata: dict[str, Any] | None
+) -> Plan:
+    """One conductor call with constrained output, parsed and validated; one retry showing the fault.
+
+    On failure the plan's workflow is empty and `fallback_reason` says why; the caller decides the fallback.
+    """
+    ids = pool.offered_ids()
+    schema = workflow_json_schema(ids, max_steps, pool.conductor.max_text_chars)
     calls: list[ConductorCall] = []
     error = "no attempt made"
     for attempt in range(2):
@@ -139,7 +200,7 @@ async def plan_workflow(
         call.prompt_tokens, call.completion_tokens = result.prompt_tokens, result.completion_tokens
         call.cost_usd, call.latency_s, call.attempts = result.cost_usd, result.latency_s, result.attempts
         try:
-            workflow, repairs = validate_workflow(parse_workflow(result.text), ids, max_steps)
+            workflow, repairs = validate_workflow(parse_workflow(result.text), ids, max_steps, allow_empty)
         except WorkflowError as exc:
             call.error = str(exc)
             error = f"unusable workflow: {exc}"
@@ -155,25 +216,22 @@ async def plan_workflow(
             ]
             continue
         call.repairs = repairs
-        return Plan(workflow=workflow, calls=calls, repairs=repairs)
-    default = pool.visible_id(pool.default_worker or pool.workers[0].id)
-    log.warning("conductor_fallback", reason=error, worker=default)
-    fallback = Workflow(
-        reasoning=f"Fallback: {error}",
-        steps=[Step(worker=default, instruction=FALLBACK_INSTRUCTION, access=[])],
+        return Plan(workflow=workflow, calls=calls, repairs=repairs, messages=messages[:2])
+    return Plan(workflow=Workflow(), calls=calls, fallback_reason=error, messages=messages[:2])
+
+
+def continuation_step(parent: Run, feedback: str) -> Step:
+    """The conductor step a follow-up run adds after its parent's steps: it sees them all and the feedback."""
+    assert parent.workflow is not None
+    return Step(
+        worker=CONDUCTOR_ID,
+        instruction=f"The caller gave this feedback on the final answer: {feedback}\n"
+        "Write a workflow that addresses the feedback, or stop if the answer already does.",
+        access=list(range(len(parent.workflow.steps))),
     )
-    return Plan(workflow=fallback, calls=calls, fallback_reason=error)
 
 
-def continuation_context(parent: Run, feedback: str, output_limit: int = 4000) -> str:
-    """What a follow-up run sees of its parent: each step's instruction and answer, the final answer, feedback."""
-    lines = [f"## Earlier attempt (run {parent.id}, status {parent.status})"]
-    for step in parent.steps:
-        if step.status == "done":
-            output = step.output or ""
-            if len(output) > output_limit:
-                output = output[:output_limit] + f" … [{len(output) - output_limit} characters cut]"
-            lines.append(f"### Step {step.key} ({step.visible_id}): {step.instruction}\n{output}")
-    lines.append(f"### Final answer of the earlier attempt\n{parent.answer or '(none)'}")
-    lines.append(f"## Feedback on the earlier attempt\n{feedback}")
-    return "\n\n".join(lines)
+SELF_CHECK_INSTRUCTION = (
+    "Check the team's work against the task. If the answer is wrong or incomplete, write a corrective workflow; "
+    "if it stands, stop."
+)

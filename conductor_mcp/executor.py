@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from conductor_mcp import providers
+from conductor_mcp import conductor, providers
 from conductor_mcp.logs import get_logger
-from conductor_mcp.pool import Pool
+from conductor_mcp.pool import CONDUCTOR_ID, ModelSpec, Pool
 from conductor_mcp.store import Store
-from conductor_mcp.transcript import Run, StepRecord, messages_digest, now
+from conductor_mcp.transcript import Run, StepRecord, messages_digest, now, worker_label
 from conductor_mcp.workflow import Workflow
 
 log = get_logger(__name__)
@@ -73,6 +73,10 @@ def _estimated_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages) // 4
 
 
+def _spec(pool: Pool, visible_id: str) -> ModelSpec:
+    return pool.conductor if visible_id == CONDUCTOR_ID else pool.worker(visible_id)
+
+
 @dataclass
 class CostEstimate:
     low_usd: float
@@ -90,19 +94,17 @@ def estimate_cost(
         outputs = dict.fromkeys(range(len(workflow.steps)), "x" * (4 * answer_tokens))
         cost = 0.0
         for i, step in enumerate(workflow.steps):
-            price = providers.price_per_token(pool.worker(step.worker))
+            price = providers.price_per_token(_spec(pool, step.worker))
             if price:
                 prompt = _estimated_tokens(worker_messages(task, context, workflow, i, outputs))
                 cost += prompt * price[0] + answer_tokens * price[1]
         totals.append(round(cost, 6))
-    unpriced = sorted(
-        {pool.worker(s.worker).id for s in workflow.steps if not providers.price_per_token(pool.worker(s.worker))}
-    )
+    unpriced = sorted({s.worker for s in workflow.steps if not providers.price_per_token(_spec(pool, s.worker))})
     return CostEstimate(totals[0], totals[1], unpriced, f"each step answers in {low_tokens}-{high_tokens} tokens")
 
 
 class Executor:
-    """Executes one run's workflow on its pool, recording and persisting every step."""
+    """Executes one run's workflow on its pool, recording and persisting every step (nested ones included)."""
 
     def __init__(
         self, pool: Pool, store: Store, on_event: ProgressCallback | None = None, step_timeout_s: float = 600.0
@@ -112,48 +114,69 @@ class Executor:
         self.on_event = on_event
         self.step_timeout_s = step_timeout_s
 
-    def _prepare_records(self, run: Run, workflow: Workflow) -> None:
-        """One record per step; finished records from an earlier attempt of this run are kept as they are."""
-        kept = {r.index: r for r in run.steps if r.status == "done" and r.depth == 0}
+    async def execute(self, run: Run) -> None:
+        """Run the workflow to the end, a cap or budget stop, a failed step, or cancellation (re-raised)."""
+        if run.workflow is None or not run.workflow.steps:
+            raise ValueError(f"run {run.id} has no workflow to execute")
+        failure = await self._run_workflow(run, run.workflow, depth=0, parent=None)
+        last = self._record(run, str(len(run.workflow.steps) - 1))
+        if failure is None and last is not None and last.status == "done":
+            run.status, run.answer = "done", last.output
+            return
+        finished = sorted((r for r in run.steps if r.status == "done" and r.output), key=lambda r: r.ended_at or "")
+        run.answer = finished[-1].output if finished else None  # the best answer so far
+        if run.stop_reason and failure == run.stop_reason:
+            run.status = "done"  # a recursion cap: a clean stop with the best answer, the reason recorded
+        else:
+            run.status, run.error = "failed", failure or "the last step did not finish"
+
+    # -- one (possibly nested) workflow ----------------------------------------------------------------
+    def _record(self, run: Run, key: str) -> StepRecord | None:
+        return next((r for r in run.steps if r.key == key), None)
+
+    def _save(self, run: Run, record: StepRecord, messages: list[dict[str, Any]] | None = None) -> None:
+        self.store.save_step(run.id, run.steps.index(record), record, messages)
+
+    def _prepare(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> list[StepRecord]:
+        """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept."""
         records = []
         for i, step in enumerate(workflow.steps):
-            if i in kept:
-                records.append(kept[i])
-                continue
-            worker = self.pool.worker(step.worker)
-            record = StepRecord(
-                key=str(i),
-                index=i,
-                worker=worker.id,
-                visible_id=step.worker,
-                model=worker.model,
-                instruction=step.instruction,
-                access=list(step.access),
-            )
+            key = f"{parent}.{i}" if parent else str(i)
+            record = self._record(run, key)
+            if record is None:
+                record = StepRecord(key=key, index=i, depth=depth, parent=parent, worker=step.worker,
+                                    visible_id=step.worker, model="", instruction=step.instruction,
+                                    access=list(step.access))  # fmt: skip
+                run.steps.append(record)
+            if record.status != "done":
+                if step.worker == CONDUCTOR_ID:
+                    record.worker, record.model = CONDUCTOR_ID, self.pool.conductor.model
+                else:
+                    worker = self.pool.worker(step.worker)
+                    record.worker, record.model = worker.id, worker.model
+                record.status, record.error = "pending", None
+                self._save(run, record)
             records.append(record)
-            self.store.save_step(run.id, i, record, None)
-        run.steps = records
+        return records
 
-    async def execute(self, run: Run) -> None:
-        """Run the workflow to the end, a budget stop, a failed step, or cancellation (re-raised)."""
-        workflow = run.workflow
-        if workflow is None or not workflow.steps:
-            raise ValueError(f"run {run.id} has no workflow to execute")
-        self._prepare_records(run, workflow)
-        outputs = {r.index: r.output or "" for r in run.steps if r.status == "done"}
-        pending = [i for i in range(len(workflow.steps)) if i not in outputs]
+    async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> str | None:
+        """Run one workflow as a DAG; returns why it stopped early, or None when every step finished."""
+        records = self._prepare(run, workflow, depth, parent)
+        outputs = {r.index: r.output or "" for r in records if r.status == "done"}
+        pending = [i for i in range(len(records)) if i not in outputs]
         running: dict[asyncio.Task[StepRecord], int] = {}
-        stop_reason: str | None = None
+        stop: str | None = None
         try:
             while pending or running:
-                if stop_reason is None:
+                if stop is None:
                     for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
                         messages = worker_messages(run.task, run.context, workflow, i, outputs)
-                        stop_reason = self._over_budget(run, i, messages)
-                        if stop_reason:
+                        stop = self._over_budget(run, workflow.steps[i].worker, messages)
+                        if stop:
                             break
                         pending.remove(i)
-                        running[asyncio.create_task(self._run_step(run, i, messages))] = i
+                        step_task = self._run_step(run, workflow, records[i], messages, outputs)
+                        running[asyncio.create_task(step_task)] = i
                 if not running:
                     break
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -162,98 +185,132 @@ class Executor:
                     record = task.result()
                     if record.status == "done":
                         outputs[i] = record.output or ""
-                    elif stop_reason is None:
-                        stop_reason = f"step {i} ({record.worker}) failed: {record.error}"
+                    elif stop is None:
+                        stop = run.stop_reason if record.error == run.stop_reason else (
+                            f"step {record.key} ({record.worker}) failed: {record.error}")  # fmt: skip
         except asyncio.CancelledError:
             for task in running:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*running, return_exceptions=True)
-            self._skip(run, pending, "run cancelled")
+            self._skip(run, [records[i] for i in pending], "run cancelled")
             raise
-        self._skip(run, pending, stop_reason or "not reached")
-        done = [r for r in run.steps if r.status == "done"]
-        last = run.steps[-1]
-        if stop_reason is None and last.status == "done":
-            run.status, run.answer = "done", last.output
-        else:
-            run.status = "failed"
-            run.error = stop_reason or "the last step did not finish"
-            run.answer = done[-1].output if done else None  # best answer so far; the error says why it is partial
+        self._skip(run, [records[i] for i in pending], stop or "not reached")
+        return stop
 
-    def _over_budget(self, run: Run, i: int, messages: list[dict[str, Any]]) -> str | None:
-        """Refuse a call that would take the run past its token or USD cap (prompt size estimated)."""
+    def _over_budget(self, run: Run, worker_id: str, messages: list[dict[str, Any]]) -> str | None:
+        """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated)."""
+        started = sum(1 for r in run.steps if r.status != "pending" and r.inherited_from is None)
+        if started >= run.max_calls:
+            run.stop_reason = f"call budget reached: {started} of {run.max_calls} calls used"
+            return run.stop_reason
         tokens, usd = run.spent()
         estimate = _estimated_tokens(messages)
         if run.budget.max_tokens is not None and tokens + estimate > run.budget.max_tokens:
             limit = run.budget.max_tokens
             return f"token budget reached: {tokens} spent + ~{estimate} for the next step > {limit}"
-        if run.budget.max_usd is not None and run.workflow is not None:
-            price = providers.price_per_token(self.pool.worker(run.workflow.steps[i].worker))
+        if run.budget.max_usd is not None:
+            spec = self.pool.conductor if worker_id == CONDUCTOR_ID else self.pool.worker(worker_id)
+            price = providers.price_per_token(spec)
             next_cost = estimate * price[0] if price else 0.0
             if usd + next_cost > run.budget.max_usd:
                 limit_usd = run.budget.max_usd
                 return f"USD budget reached: ${usd:.4f} spent + ~${next_cost:.4f} for the next step > ${limit_usd}"
         return None
 
-    def _skip(self, run: Run, pending: list[int], reason: str) -> None:
-        for i in pending:
-            record = run.steps[i]
+    def _skip(self, run: Run, records: list[StepRecord], reason: str) -> None:
+        for record in records:
             record.status, record.error = "skipped", reason
-            self.store.save_step(run.id, i, record, None)
+            self._save(run, record)
 
-    async def _run_step(self, run: Run, i: int, messages: list[dict[str, Any]]) -> StepRecord:
-        assert run.workflow is not None
-        step = run.workflow.steps[i]
-        worker = self.pool.worker(step.worker)
-        record = run.steps[i]
+    # -- one step --------------------------------------------------------------------------------------
+    async def _run_step(
+        self,
+        run: Run,
+        workflow: Workflow,
+        record: StepRecord,
+        messages: list[dict[str, Any]],
+        outputs: dict[int, str],
+    ) -> StepRecord:
         record.status, record.started_at = "running", now()
         record.messages_digest = messages_digest(messages)
-        self.store.save_step(run.id, i, record, messages)
-        log.debug("step_started", run_id=run.id, step=i, worker=worker.id, digest=record.messages_digest)
-        total = len(run.steps)
-        finished = sum(1 for r in run.steps if r.status == "done")
-        await emit(
-            self.on_event,
-            ProgressEvent(
-                "step_started", run.id, f"step {i} started: {step.worker} ({worker.id})", record, finished, total
-            ),
-        )
+        self._save(run, record, messages)
+        log.debug("step_started", run_id=run.id, step=record.key, worker=record.worker, digest=record.messages_digest)
+        await self._emit("step_started", run, record)
         try:
             async with asyncio.timeout(self.step_timeout_s):
-                result = await providers.complete(
-                    worker,
-                    messages,
-                    label=worker.id,
-                    fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)],
-                    metadata=run.metadata,
-                )
+                if record.worker == CONDUCTOR_ID:
+                    await self._recurse(run, workflow, record, outputs)
+                else:
+                    await self._call_worker(run, record, messages)
         except providers.ProviderError as exc:
             record.status, record.error, record.attempts = "failed", str(exc), exc.attempts
         except TimeoutError:
             record.status, record.error = "failed", f"step timed out after {self.step_timeout_s}s"
         except asyncio.CancelledError:
             record.status, record.error, record.ended_at = "cancelled", "cancelled", now()
-            self.store.save_step(run.id, i, record, None)
+            self._save(run, record)
             raise
-        else:
-            record.status, record.output, record.finish_reason = "done", result.text, result.finish_reason
-            record.answered_by, record.attempts = result.answered_by, result.attempts
-            record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
-            record.cost_usd, record.latency_s = result.cost_usd, round(result.latency_s, 4)
         record.ended_at = now()
-        self.store.save_step(run.id, i, record, None)
-        log.debug("step_finished", run_id=run.id, step=i, status=record.status, tokens=record.completion_tokens)
-        finished = sum(1 for r in run.steps if r.status == "done")
-        await emit(
-            self.on_event,
-            ProgressEvent(
-                "step_finished",
-                run.id,
-                f"step {i} {record.status}: {step.worker} ({worker.id})",
-                record,
-                finished,
-                total,
-            ),
-        )
+        self._save(run, record)
+        log.debug("step_finished", run_id=run.id, step=record.key, status=record.status)
+        await self._emit("step_finished", run, record)
         return record
+
+    async def _call_worker(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> None:
+        worker = self.pool.by_id(record.worker)
+        result = await providers.complete(
+            worker, messages, label=worker.id, metadata=run.metadata,
+            fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)],
+        )  # fmt: skip
+        record.status, record.output, record.finish_reason = "done", result.text, result.finish_reason
+        record.answered_by, record.attempts = result.answered_by, result.attempts
+        record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
+        record.cost_usd, record.latency_s = result.cost_usd, round(result.latency_s, 4)
+
+    async def _recurse(self, run: Run, workflow: Workflow, record: StepRecord, outputs: dict[int, str]) -> None:
+        """The conductor as a worker: a corrective workflow at depth + 1, or a stop (the current answer stands)."""
+        step = workflow.steps[record.index]
+        standing = _standing_answer(step.access, record.index, outputs)
+        if record.depth + 1 > run.max_depth:
+            record.status, record.output = "done", standing
+            record.finish_reason = f"depth cap ({run.max_depth}) reached: the current answer stands"
+            run.stop_reason = run.stop_reason or f"step {record.key}: {record.finish_reason}"
+            return
+        if record.workflow is None:  # on resume, a correction already written is run, not asked for again
+            seen = [(workflow.steps[j].instruction, outputs[j]) for j in step.access]
+            plan = await conductor.plan_correction(
+                self.pool, run.task, run.context, seen, step.instruction, run.max_steps, run.metadata
+            )
+            record.conductor_call = plan.calls[-1] if plan.calls else None
+            record.attempts = [a for call in plan.calls for a in call.attempts]
+            record.prompt_tokens = sum(c.prompt_tokens for c in plan.calls)
+            record.completion_tokens = sum(c.completion_tokens for c in plan.calls)
+            record.cost_usd = sum(c.cost_usd for c in plan.calls)
+            record.latency_s = round(sum(c.latency_s for c in plan.calls), 4)
+            record.answered_by = self.pool.conductor.model
+            record.workflow = plan.workflow
+            record.messages_digest = messages_digest(plan.messages)
+            self._save(run, record, plan.messages)  # the conductor's own prompt, not a worker's
+        if not record.workflow.steps:
+            record.status, record.output = "done", standing
+            record.finish_reason = "stop: the current answer stands"
+            return
+        failure = await self._run_workflow(run, record.workflow, record.depth + 1, record.key)
+        last = self._record(run, f"{record.key}.{len(record.workflow.steps) - 1}")
+        if failure is None and last is not None and last.status == "done":
+            record.status, record.output, record.finish_reason = "done", last.output, "corrected"
+        else:
+            record.status, record.error = "failed", failure or "the corrective workflow did not finish"
+
+    async def _emit(self, kind: EventKind, run: Run, record: StepRecord) -> None:
+        finished = sum(1 for r in run.steps if r.status == "done")
+        verb = "started" if kind == "step_started" else record.status
+        message = f"step {record.key} {verb}: {worker_label(record)}"
+        await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
+
+
+def _standing_answer(access: list[int], index: int, outputs: dict[int, str]) -> str:
+    """The answer that stands if the conductor stops: the latest step it sees, else the step before it."""
+    candidates = access or ([index - 1] if index > 0 else [])
+    return outputs.get(max(candidates), "") if candidates else ""

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+CONDUCTOR_ID = "conductor"  # reserved: the conductor named as a worker (recursion)
 
 
 class PoolError(ValueError):
@@ -67,6 +68,8 @@ class WorkerSpec(ModelSpec):
     def _id_shape(cls, value: str) -> str:
         if not WORKER_ID.match(value):
             raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-'")
+        if value == CONDUCTOR_ID:
+            raise ValueError(f"'{CONDUCTOR_ID}' is reserved for the conductor itself (set recursion: true)")
         return value
 
 
@@ -90,6 +93,9 @@ class Pool(BaseModel):
     default_worker: str | None = Field(None, description="the worker a fallback one-step workflow uses")
     max_steps: int = Field(5, ge=1, le=20)
     anonymize: bool = Field(True, description="show workers to the conductor as model_0..k, as the paper does")
+    recursion: bool = Field(False, description="offer the conductor itself as a worker (recursive correction)")
+    self_correct: bool = Field(False, description="always give the conductor one recursive look at the end")
+    max_depth: int = Field(2, ge=0, le=5, description="deepest nesting of corrective workflows")
     simulation: dict[str, Any] | None = Field(None, description="profiles of sim/ models (see sim.py)")
 
     @model_validator(mode="after")
@@ -114,6 +120,10 @@ class Pool(BaseModel):
         if self.anonymize:
             return [f"model_{i}" for i in range(len(self.workers))]
         return [w.id for w in self.workers]
+
+    def offered_ids(self) -> list[str]:
+        """The worker ids the conductor may write: the visible ids, and itself when recursion is on."""
+        return [*self.visible_ids(), CONDUCTOR_ID] if self.recursion else self.visible_ids()
 
     def worker(self, visible_id: str) -> WorkerSpec:
         """The worker behind an id the conductor used (anonymised or not)."""

@@ -14,15 +14,16 @@ from typing import Any
 
 import anyio
 
-from conductor_mcp.conductor import continuation_context, plan_workflow
+from conductor_mcp.conductor import SELF_CHECK_INSTRUCTION, continuation_step, plan_workflow
 from conductor_mcp.config import MAX_CONTEXT_CHARS, MAX_STEPS_LIMIT, MAX_TASK_CHARS, Settings
 from conductor_mcp.doctor import default_pool
 from conductor_mcp.executor import Executor, ProgressCallback, ProgressEvent, emit
 from conductor_mcp.leases import Lease
 from conductor_mcp.logs import get_logger
-from conductor_mcp.pool import Pool, PoolError, available_pools, load_pool
+from conductor_mcp.pool import CONDUCTOR_ID, Pool, PoolError, available_pools, load_pool
 from conductor_mcp.store import RunNotFound, Store
 from conductor_mcp.transcript import Budget, Run, now
+from conductor_mcp.workflow import Step, Workflow
 
 log = get_logger(__name__)
 
@@ -95,6 +96,7 @@ class Service:
         context: str | None,
         metadata: dict[str, Any] | None,
         budget: Budget | None,
+        self_correct: bool | None = None,
     ) -> tuple[Run, Pool]:
         if not isinstance(task, str) or not task.strip():
             raise RequestError("task: must be a non-empty string")
@@ -119,12 +121,18 @@ class Service:
             conductor_model=pool.conductor.model,
             max_steps=steps,
             budget=budget or Budget(),
+            self_correct=pool.self_correct if self_correct is None else self_correct,
+            max_depth=pool.max_depth,
+            max_calls=2 * steps,
         )
         return run, pool
 
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
         await emit(on_event, ProgressEvent("conductor_started", run.id, f"conductor {pool.conductor.model} planning"))
         plan = await plan_workflow(pool, run.task, run.context, run.max_steps, run.metadata)
+        if run.self_correct and plan.workflow.steps[-1].worker != CONDUCTOR_ID:
+            every_step = list(range(len(plan.workflow.steps)))
+            plan.workflow.steps.append(Step(worker=CONDUCTOR_ID, instruction=SELF_CHECK_INSTRUCTION, access=every_step))
         run.workflow, run.conductor_calls = plan.workflow, plan.calls
         run.repairs, run.fallback_reason = plan.repairs, plan.fallback_reason
         self.store.save_run(run)
@@ -140,9 +148,10 @@ class Service:
         metadata: dict[str, Any] | None = None,
         budget: Budget | None = None,
         on_event: ProgressCallback | None = None,
+        self_correct: bool | None = None,
     ) -> Run:
         """The conductor's workflow, stored as a `planned` run; no worker is called."""
-        run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget)
+        run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget, self_correct)
         self.store.save_run(run)
         await self._conduct(run, pool_, on_event)
         run.recompute_totals()
@@ -158,9 +167,10 @@ class Service:
         metadata: dict[str, Any] | None = None,
         budget: Budget | None = None,
         on_event: ProgressCallback | None = None,
+        self_correct: bool | None = None,
     ) -> Run:
         """Plan and run to the end; returns the finished (or failed) run. Cancelling the caller cancels the run."""
-        run = self.start(task, pool, max_steps, context, metadata, budget)
+        run = self.start(task, pool, max_steps, context, metadata, budget, self_correct=self_correct)
         return await self.wait(run.id, None, on_event)
 
     def start(
@@ -171,11 +181,10 @@ class Service:
         context: str | None = None,
         metadata: dict[str, Any] | None = None,
         budget: Budget | None = None,
-        parent_id: str | None = None,
+        self_correct: bool | None = None,
     ) -> Run:
         """Validate, store and start a run in the background; `wait` collects it."""
-        run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget)
-        run.parent_id = parent_id
+        run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget, self_correct)
         self._launch(run, pool_)
         return run
 
@@ -196,22 +205,7 @@ class Service:
         if run.status == "running":
             raise RequestError(f"run_id: run {run_id} is running in another server process")
         if feedback is not None:
-            if not feedback.strip():
-                raise RequestError("feedback: must not be empty when given")
-            if len(feedback) > MAX_TASK_CHARS:
-                raise RequestError(f"feedback: {len(feedback)} characters exceeds the limit of {MAX_TASK_CHARS}")
-            context = continuation_context(run, feedback)
-            if run.context:
-                context = f"{run.context}\n\n{context}"
-            return self.start(
-                run.task,
-                run.pool,
-                run.max_steps,
-                context[-MAX_CONTEXT_CHARS:],
-                run.metadata,
-                run.budget,
-                parent_id=run.id,
-            )
+            return self._follow_up(run, feedback)
         if run.status == "done":
             return run
         try:
@@ -222,6 +216,34 @@ class Service:
             log.warning("pool_changed_since_run_started", run_id=run_id, pool=run.pool)
         run.error = None
         self._launch(run, pool_)
+        return run
+
+    def _follow_up(self, parent: Run, feedback: str) -> Run:
+        """A child run: the parent's finished steps, taken over as they are, then the conductor as a worker
+        who sees them all and the caller's feedback, and writes a corrective workflow or stops."""
+        if not feedback.strip():
+            raise RequestError("feedback: must not be empty when given")
+        if len(feedback) > MAX_TASK_CHARS:
+            raise RequestError(f"feedback: {len(feedback)} characters exceeds the limit of {MAX_TASK_CHARS}")
+        if parent.workflow is None or not parent.workflow.steps:
+            raise RequestError(f"run_id: run {parent.id} has no workflow to follow up; orchestrate the task again")
+        context = f"Feedback from the caller on an earlier answer: {feedback}"
+        context = f"{parent.context}\n\n{context}" if parent.context else context
+        run, pool = self._new_run(parent.task, parent.pool, parent.max_steps, context[-MAX_CONTEXT_CHARS:],
+                                  parent.metadata, parent.budget, self_correct=False)  # fmt: skip
+        run.parent_id = parent.id
+        run.max_depth = max(run.max_depth, 1)
+        run.workflow = Workflow(
+            reasoning=f"Follow-up of run {parent.id}: the conductor reviews it with the caller's feedback.",
+            steps=[*parent.workflow.steps, continuation_step(parent, feedback)],
+        )
+        run.steps = [
+            step.model_copy(update={"inherited_from": parent.inherited_origin(step)})
+            for step in parent.steps if step.status == "done"
+        ]  # fmt: skip
+        for seq, step in enumerate(run.steps):
+            self.store.save_step(run.id, seq, step, None)
+        self._launch(run, pool)
         return run
 
     async def run_planned(self, run_id: str, on_event: ProgressCallback | None = None) -> Run:

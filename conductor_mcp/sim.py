@@ -30,7 +30,9 @@ import litellm
 from litellm import CustomLLM
 from pydantic import BaseModel, ConfigDict, Field
 
+from conductor_mcp.pool import CONDUCTOR_ID as SELF
 from conductor_mcp.transcript import messages_digest
+from conductor_mcp.workflow import WORK_SO_FAR
 
 PREFIX = "sim/"
 ANSWER_LINE = re.compile(r"^ANSWER:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
@@ -54,6 +56,8 @@ class SimWorkerProfile(BaseModel):
 class SimConductorProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     malformed_rate: float = Field(0.0, ge=0, le=1)
+    recursion_rate: float = Field(0.0, ge=0, le=1, description="how often a hard workflow ends with itself")
+    always_recurse: bool = Field(False, description="names itself every time: a conductor that never stops")
     first_token_s: float = Field(0.2, ge=0)
     tokens_per_s: float = Field(120.0, gt=0)
 
@@ -162,14 +166,21 @@ def conductor_output(
     task = str(messages[-1].get("content", "")) if messages else ""
     rng = _rng(name, _text(messages))
     section = system.split("## Workers", 1)[-1].split("\n## ", 1)[0] if "## Workers" in system else ""
-    workers = _WORKER_LINE.findall(section)
+    all_workers = _WORKER_LINE.findall(section)
+    workers = [w for w in all_workers if w[0] != SELF]
     if not workers:
         return "I cannot see any workers in the prompt, so I cannot write a workflow."
+    can_recurse = len(workers) < len(all_workers)
     domain = str(metadata.get("domain", "general"))
     difficulty = metadata.get("difficulty") or ("hard" if len(task) > 400 or HARD_HINTS.search(task) else "easy")
     ranked = sorted(workers, key=lambda w: -_affinity(w[1], domain))
     best = ranked[0][0]
-    if difficulty == "easy" or max_steps < 3:
+    if WORK_SO_FAR in task:
+        steps, reasoning = _correction(task, ranked, domain, profile, can_recurse)
+    elif profile.always_recurse and can_recurse:
+        steps = [(best, f"Solve this {domain} task and state the final answer.", []), (SELF, "Check it.", "all")]
+        reasoning = "Solve, then check my own team's work."
+    elif difficulty == "easy" or max_steps < 3:
         steps = [(best, f"Solve this {domain} task and state the final answer.", [])]
         reasoning = f"An easy {domain} task: one call to the strongest {domain} worker."
     elif rng.random() < 0.5:
@@ -185,6 +196,8 @@ def conductor_output(
         steps = [(w, f"Solve the {domain} task independently and state the final answer.", []) for w in solvers]
         steps.append((best, "Compare the candidate answers, resolve disagreements and state the final answer.", "all"))
         reasoning = f"A hard {domain} task: independent attempts in parallel, then an aggregator."
+    if can_recurse and WORK_SO_FAR not in task and difficulty != "easy" and rng.random() < profile.recursion_rate:
+        steps = [*steps[: max_steps - 1], (SELF, "Check the team's work; correct it or stop.", "all")]
     workflow = {
         "reasoning": reasoning,
         "steps": [{"worker": w, "instruction": i, "access": a} for w, i, a in steps[:max_steps]],
@@ -192,6 +205,24 @@ def conductor_output(
     if rng.random() < profile.malformed_rate:
         return _malformed(workflow, rng)
     return json.dumps(workflow)
+
+
+def _correction(
+    task: str, ranked: list[tuple[str, str]], domain: str, profile: SimConductorProfile, can_recurse: bool
+) -> tuple[list[tuple[str, str, Any]], str]:
+    """As a worker: stop when the answers it sees agree, else two fresh attempts and an aggregator."""
+    if profile.always_recurse and can_recurse:
+        return [(SELF, "Check again.", "all")], "Never satisfied: look again."
+    work = task.split(WORK_SO_FAR, 1)[1]
+    seen = ANSWER_LINE.findall(work)
+    if len(seen) >= 2 and Counter(seen).most_common(1)[0][1] * 3 >= 2 * len(seen):
+        return [], f"{len(seen)} answers, a clear majority agrees: the answer stands."
+    first, second = ranked[0][0], (ranked[1][0] if len(ranked) > 1 else ranked[0][0])
+    return [
+        (first, f"Solve the {domain} task again, carefully, and state the final answer.", []),
+        (second, f"Solve the {domain} task independently and state the final answer.", []),
+        (first, "Compare the answers, resolve disagreements and state the final answer.", "all"),
+    ], "The answers so far are unconfirmed: two fresh attempts and an aggregator."
 
 
 def _affinity(description: str, domain: str) -> int:

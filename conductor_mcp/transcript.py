@@ -75,6 +75,9 @@ class StepRecord(CallUsage):
     ended_at: str | None = None
     attempts: list[Attempt] = Field(default_factory=list)
     error: str | None = None
+    conductor_call: ConductorCall | None = Field(None, description="for a conductor step: its call, raw output")
+    workflow: Workflow | None = Field(None, description="for a conductor step: the corrective workflow it wrote")
+    inherited_from: str | None = Field(None, description="run this finished step was taken from (continuations)")
 
 
 class Totals(BaseModel):
@@ -104,6 +107,10 @@ class Run(BaseModel):
     conductor_model: str
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
+    self_correct: bool = False
+    max_depth: int = 2
+    max_calls: int = Field(10, description="most step and recursive conductor calls in the whole run")
+    stop_reason: str | None = Field(None, description="why the run stopped early with its best answer, if it did")
     status: RunStatus = "planned"
     parent_id: str | None = None
     owner: str | None = Field(None, description="lease token of the process executing the run")
@@ -120,17 +127,22 @@ class Run(BaseModel):
     error: str | None = None
     totals: Totals = Field(default_factory=Totals)
 
+    def inherited_origin(self, step: StepRecord) -> str:
+        """The run that paid for a step: its own origin if it was taken over from further back, else this run."""
+        return step.inherited_from or self.id
+
+    def own_usages(self) -> list[CallUsage]:
+        """Every call this run made (steps taken over from a parent run were paid for there)."""
+        return [*self.conductor_calls, *(s for s in self.steps if s.inherited_from is None)]
+
     def spent(self) -> tuple[int, float]:
         """Tokens and USD spent so far by the conductor and every step, for budget checks."""
-        usages: list[CallUsage] = [*self.conductor_calls, *self.steps]
-        return (
-            sum(u.prompt_tokens + u.completion_tokens for u in usages),
-            sum(u.cost_usd for u in usages),
-        )
+        usages = self.own_usages()
+        return sum(u.prompt_tokens + u.completion_tokens for u in usages), sum(u.cost_usd for u in usages)
 
     def recompute_totals(self) -> None:
-        steps = [s for s in self.steps if s.status in ("done", "failed", "cancelled")]
-        conductor_tokens = sum(c.prompt_tokens + c.completion_tokens for c in self.conductor_calls)
+        own_steps = [s for s in self.steps if s.inherited_from is None]
+        conductor_usages: list[CallUsage] = [*self.conductor_calls, *(s for s in own_steps if s.worker == "conductor")]
         tokens, cost = self.spent()
         wall = 0.0
         if self.started_at and self.ended_at:
@@ -138,14 +150,14 @@ class Run(BaseModel):
                 dt.datetime.fromisoformat(self.ended_at) - dt.datetime.fromisoformat(self.started_at)
             ).total_seconds()
         self.totals = Totals(
-            steps=len([s for s in steps if s.status == "done"]),
-            calls=sum(len(s.attempts) for s in self.steps) + sum(max(1, len(c.attempts)) for c in self.conductor_calls),
-            prompt_tokens=sum(u.prompt_tokens for u in [*self.conductor_calls, *self.steps]),
-            completion_tokens=sum(u.completion_tokens for u in [*self.conductor_calls, *self.steps]),
+            steps=sum(1 for s in own_steps if s.status == "done"),
+            calls=sum(len(s.attempts) for s in own_steps) + sum(max(1, len(c.attempts)) for c in self.conductor_calls),
+            prompt_tokens=sum(u.prompt_tokens for u in self.own_usages()),
+            completion_tokens=sum(u.completion_tokens for u in self.own_usages()),
             total_tokens=tokens,
             cost_usd=round(cost, 8),
-            conductor_tokens=conductor_tokens,
-            conductor_cost_usd=round(sum(c.cost_usd for c in self.conductor_calls), 8),
+            conductor_tokens=sum(u.prompt_tokens + u.completion_tokens for u in conductor_usages),
+            conductor_cost_usd=round(sum(u.cost_usd for u in conductor_usages), 8),
             wall_s=round(wall, 3),
         )
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 ALL = "all"
 DEFAULT_INSTRUCTION = "Answer the task directly and completely."
+WORK_SO_FAR = "## The team's work so far"  # heads what the conductor sees when it is called as a worker
 
 
 class WorkflowError(ValueError):

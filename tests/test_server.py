@@ -107,8 +107,13 @@ async def test_feedback_starts_a_linked_follow_up_that_sees_the_earlier_work(mcp
         )
     data = follow.structured_content
     assert data["status"] == "done" and data["parent_run_id"] == first["run_id"] and data["run_id"] != first["run_id"]
-    messages = service.store.step_messages(data["run_id"], "0")[0]["content"]
-    assert "the base case is missing" in messages and first["answer"] in messages
+    inherited, review = data["steps"][: len(first["steps"])], data["steps"][len(first["steps"])]
+    assert [s["output"] for s in inherited] == [s["output"] for s in first["steps"]]
+    assert all(s["inherited_from"] == first["run_id"] for s in inherited)
+    assert review["worker"] == "conductor" and review["access"] == list(range(len(first["steps"])))
+    conductor_prompt = service.store.step_messages(data["run_id"], review["key"])[1]["content"]
+    assert "the base case is missing" in conductor_prompt and first["answer"] in conductor_prompt
+    assert data["totals"]["steps"] == len(data["steps"]) - len(first["steps"])  # inherited work is not recounted
 
 
 async def test_runs_and_pools_tools(mcp_server) -> None:
