@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens", type=int, help="stop before a call that would exceed this many tokens")
     run.add_argument("--max-usd", type=float, help="stop before a call that would exceed this cost in USD")
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument(
+        "--self-correct", action="store_true", default=None, help="give the conductor one recursive look at the end"
+    )
     task_command("plan", "write the workflow for a task without running it (stored as a planned run)")
 
     show = sub.add_parser("show", help="show a stored run")
@@ -125,7 +128,9 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "run":
         budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
         listener = None if args.quiet else _progress
-        result = await service.orchestrate(task, budget=budget, on_event=listener, **common)
+        result = await service.orchestrate(
+            task, budget=budget, on_event=listener, self_correct=args.self_correct, **common
+        )
     else:
         result = await service.plan(task, **common)
     print(result.model_dump_json(indent=2) if args.json else to_markdown(result))

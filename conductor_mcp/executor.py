@@ -113,6 +113,7 @@ class Executor:
         self.store = store
         self.on_event = on_event
         self.step_timeout_s = step_timeout_s
+        self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
 
     async def execute(self, run: Run) -> None:
         """Run the workflow to the end, a cap or budget stop, a failed step, or cancellation (re-raised)."""
@@ -271,7 +272,8 @@ class Executor:
     async def _recurse(self, run: Run, workflow: Workflow, record: StepRecord, outputs: dict[int, str]) -> None:
         """The conductor as a worker: a corrective workflow at depth + 1, or a stop (the current answer stands)."""
         step = workflow.steps[record.index]
-        standing = _standing_answer(step.access, record.index, outputs)
+        standing = _standing_answer(step.access, record.index, outputs) or self._standing.get(record.parent or "", "")
+        self._standing[record.key] = standing  # what a nested conductor step inherits if it sees nothing
         if record.depth + 1 > run.max_depth:
             record.status, record.output = "done", standing
             record.finish_reason = f"depth cap ({run.max_depth}) reached: the current answer stands"

@@ -42,7 +42,7 @@ Use `orchestrate` for tasks that benefit from several strong models: tricky bugs
 reviews, questions where a second opinion matters. Pass code or files the workers need in `context`: they see
 nothing else. A call returns within `wait_seconds`; if the status is `running`, call `continue_workflow` with
 the run id to collect the result. If the answer is wrong or incomplete, call `continue_workflow` with
-`feedback`: the team sees its earlier work and your feedback. `plan` shows the workflow and its estimated cost
+`feedback`: the conductor reviews the earlier work with your feedback. `plan` shows the workflow and its cost
 without running it. Runs are kept; read `conductor://runs/{run_id}` for the full transcript."""
 
 
@@ -247,9 +247,14 @@ def build_server(service: Service) -> MCPServer:
             float | None, Field(gt=0, description="Stop before a call that would exceed this cost.")
         ] = None,
         max_tokens: Annotated[int | None, Field(ge=1, description="Stop before a call that would exceed this.")] = None,
+        self_correct: Annotated[
+            bool | None,
+            Field(description="After the workflow, let the conductor review the team's work once and correct it."),
+        ] = None,
     ) -> Annotated[CallToolResult, RunResult]:
         try:
-            run = service.start(task, pool, max_steps, context, None, Budget(max_tokens=max_tokens, max_usd=max_usd))
+            budget = Budget(max_tokens=max_tokens, max_usd=max_usd)
+            run = service.start(task, pool, max_steps, context, None, budget, self_correct=self_correct)
         except RequestError as exc:
             raise ToolError(str(exc)) from None
         run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
@@ -293,14 +298,18 @@ def build_server(service: Service) -> MCPServer:
     @server.tool(
         description="Continue a run: collect a run still going (waits up to wait_seconds), resume an interrupted "
         "or failed one without repeating finished steps, run a stored plan, or, with feedback, start a follow-up "
-        "run in which the team sees its earlier work and your feedback."
+        "run in which the conductor reviews the team's earlier work with your feedback and corrects it."
     )
     async def continue_workflow(
         run_id: RunIdArg,
         ctx: Context,
         feedback: Annotated[
             str | None,
-            Field(max_length=MAX_TASK_CHARS, description="What was wrong or missing; starts a follow-up run."),
+            Field(
+                max_length=MAX_TASK_CHARS,
+                description="What was wrong or missing; starts a follow-up run in which the conductor sees the "
+                "earlier steps and this feedback (workers see the feedback too).",
+            ),
         ] = None,
         wait_seconds: WaitArg = DEFAULT_WAIT_S,
     ) -> Annotated[CallToolResult, RunResult]:

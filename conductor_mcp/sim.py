@@ -217,7 +217,9 @@ def _correction(
     seen = ANSWER_LINE.findall(work)
     if len(seen) >= 2 and Counter(seen).most_common(1)[0][1] * 3 >= 2 * len(seen):
         return [], f"{len(seen)} answers, a clear majority agrees: the answer stands."
-    first, second = ranked[0][0], (ranked[1][0] if len(ranked) > 1 else ranked[0][0])
+    answered = set(re.findall(r"\[([^,\]]+), simulated\]", work))
+    fresh = [w for w in ranked if w[0] not in answered] or ranked  # second opinions from workers not yet heard
+    first, second = fresh[0][0], (fresh[1][0] if len(fresh) > 1 else fresh[0][0])
     return [
         (first, f"Solve the {domain} task again, carefully, and state the final answer.", []),
         (second, f"Solve the {domain} task independently and state the final answer.", []),
@@ -339,3 +341,43 @@ def register() -> None:
     """Serve `sim/*` through litellm (idempotent)."""
     if not any(entry.get("provider") == "sim" for entry in litellm.custom_provider_map):
         litellm.custom_provider_map.append({"provider": "sim", "custom_handler": _provider})
+
+
+# ------------------------------------------------------------------------------------------- task set
+
+SIM_DOMAINS = ("math", "code", "science", "general")
+DIFFICULTY_MIX = (("easy", 0.4), ("medium", 0.3), ("hard", 0.3))
+
+
+def task_set(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """A reproducible set of simulated tasks (the dataset format: question, answer, type, domain, difficulty).
+
+    Math answers are numbers, the rest multiple-choice letters; the questions carry no real content, since only
+    the simulator answers them.
+    """
+    rng = random.Random(seed)
+    tasks = []
+    for i in range(n):
+        domain = SIM_DOMAINS[i % len(SIM_DOMAINS)]
+        difficulty = rng.choices([d for d, _ in DIFFICULTY_MIX], [w for _, w in DIFFICULTY_MIX])[0]
+        hint = " Work step by step." if difficulty == "hard" else ""
+        task: dict[str, Any] = {"id": f"sim-{seed}-{i}", "domain": domain, "difficulty": difficulty}
+        if domain == "math":
+            question = f"Simulated {difficulty} math problem #{i}: compute the value.{hint}"
+            task |= {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": question}
+        else:
+            question = f"Simulated {difficulty} {domain} question #{i}: choose A, B, C or D.{hint}"
+            task |= {
+                "type": "multiple_choice",
+                "answer": rng.choice("ABCD"),
+                "choices": list("ABCD"),
+                "question": question,
+            }
+        tasks.append(task)
+    return tasks
+
+
+def final_answer(text: str | None) -> str:
+    """The simulator's answer in a reply: the last ANSWER line."""
+    found = ANSWER_LINE.findall(text or "")
+    return found[-1].strip() if found else ""

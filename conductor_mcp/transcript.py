@@ -179,17 +179,23 @@ def worker_label(step: StepRecord) -> str:
     return step.visible_id if step.visible_id == step.worker else f"{step.visible_id} ({step.worker})"
 
 
+def _node(key: str) -> str:
+    return "s" + key.replace(".", "_")
+
+
 def mermaid(run: Run) -> str:
-    """The workflow's topology: who saw whom. Steps with no edge between them ran in parallel."""
+    """The workflow's topology: who saw whom. Steps with no edge between them ran in parallel; a corrective
+    workflow hangs off the conductor step that wrote it (dotted edges)."""
     lines = ["flowchart LR", '  task(["task"])']
     for step in run.steps:
-        node = f"s{step.key.replace('.', '_')}"
-        lines.append(f'  {node}["{step.key}: {worker_label(step)}"]')
+        lines.append(f'  {_node(step.key)}["{step.key}: {worker_label(step)}"]')
         if not step.access:
-            lines.append(f"  task --> {node}")
+            lines.append(
+                f"  {_node(step.parent)} -.-> {_node(step.key)}" if step.parent else f"  task --> {_node(step.key)}"
+            )
         for source in step.access:
-            prefix = step.key.rsplit(".", 1)[0] + "_" if "." in step.key else ""
-            lines.append(f"  s{prefix}{source} --> {node}")
+            source_key = f"{step.parent}.{source}" if step.parent else str(source)
+            lines.append(f"  {_node(source_key)} --> {_node(step.key)}")
     return "\n".join(lines)
 
 
@@ -203,6 +209,8 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
         f"**Run** `{run.id}` · status **{run.status}** · pool `{run.pool}` · "
         f"{t.steps} steps, {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.4f}, {t.wall_s:.1f}s"
     )
+    if run.stop_reason:
+        parts.append(f"**Stopped early:** {run.stop_reason}")
     if run.fallback_reason:
         parts.append(f"**Conductor fallback:** {run.fallback_reason}")
     if run.repairs:
@@ -212,12 +220,13 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
             "| # | worker | instruction | sees | status | tokens | cost | latency |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for s in run.steps:
+        for s in sorted(run.steps, key=lambda step: [int(part) for part in step.key.split(".")]):
             sees = ",".join(map(str, s.access)) or "task"
             instruction = _cell(_excerpt(s.instruction, instruction_limit))
             tokens = s.prompt_tokens + s.completion_tokens
+            key = "↳ " * s.depth + s.key
             rows.append(
-                f"| {s.key} | {_cell(worker_label(s))} | {instruction} | {sees} | {s.status} "
+                f"| {key} | {_cell(worker_label(s))} | {instruction} | {sees} | {s.status} "
                 f"| {tokens} | ${s.cost_usd:.4f} | {s.latency_s:.2f}s |"
             )
         parts.append("\n".join(rows))

@@ -108,3 +108,14 @@ async def test_sim_goes_through_litellm_with_usage_and_cost() -> None:
     expected = (result.prompt_tokens * 1.0 + result.completion_tokens * 2.0) / 1e6
     assert result.cost_usd == pytest.approx(expected)
     assert result.answered_by == "sim/anyone" and result.attempts[0].ok
+
+
+def test_task_set_is_reproducible_and_mixed() -> None:
+    from conductor_mcp.sim import final_answer, task_set
+
+    tasks = task_set(40, seed=3)
+    assert tasks == task_set(40, seed=3) and tasks != task_set(40, seed=4)
+    assert {t["domain"] for t in tasks} == {"math", "code", "science", "general"}
+    assert {t["difficulty"] for t in tasks} == {"easy", "medium", "hard"}
+    assert all(t["answer"] in t["choices"] for t in tasks if t["type"] == "multiple_choice")
+    assert final_answer("x\nANSWER: 1\nmore\nANSWER: 7 ") == "7" and final_answer("none") == ""
