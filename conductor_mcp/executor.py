@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from conductor_mcp import conductor, providers
+from conductor_mcp.config import MAX_SEEN_OUTPUT_CHARS
 from conductor_mcp.logs import get_logger
 from conductor_mcp.pool import CONDUCTOR_ID, ModelSpec, Pool
 from conductor_mcp.store import Store
-from conductor_mcp.transcript import Run, StepRecord, messages_digest, now, worker_label
-from conductor_mcp.workflow import Workflow
+from conductor_mcp.transcript import Run, ServerBudget, StepRecord, messages_digest, now, worker_label
+from conductor_mcp.workflow import Step, Workflow
 
 log = get_logger(__name__)
 
@@ -61,12 +62,19 @@ def worker_messages(
         parts.append(f"# Context\n{context}")
     if step.access:
         seen = [
-            f"## Step {j}: instruction\n{workflow.steps[j].instruction}\n\n## Step {j}: answer\n{outputs[j]}"
+            f"## Step {j}: instruction\n{workflow.steps[j].instruction}\n\n## Step {j}: answer\n{_cut(outputs[j])}"
             for j in step.access
         ]
         parts.append("# Work from your team that you may use\n\n" + "\n\n".join(seen))
     parts.append(f"# Your instruction\n{step.instruction}")
     return [{"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _cut(output: str) -> str:
+    """A seen output, cut to MAX_SEEN_OUTPUT_CHARS so one huge answer cannot flood every later prompt."""
+    if len(output) <= MAX_SEEN_OUTPUT_CHARS:
+        return output
+    return output[:MAX_SEEN_OUTPUT_CHARS] + f"\n[... {len(output) - MAX_SEEN_OUTPUT_CHARS} more characters cut]"
 
 
 def _estimated_tokens(messages: list[dict[str, Any]]) -> int:
@@ -107,12 +115,18 @@ class Executor:
     """Executes one run's workflow on its pool, recording and persisting every step (nested ones included)."""
 
     def __init__(
-        self, pool: Pool, store: Store, on_event: ProgressCallback | None = None, step_timeout_s: float = 600.0
+        self,
+        pool: Pool,
+        store: Store,
+        on_event: ProgressCallback | None = None,
+        step_timeout_s: float = 600.0,
+        server_budget: ServerBudget | None = None,
     ) -> None:
         self.pool = pool
         self.store = store
         self.on_event = on_event
         self.step_timeout_s = step_timeout_s
+        self.server_budget = server_budget or ServerBudget()
         self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
 
     async def execute(self, run: Run) -> None:
@@ -120,6 +134,8 @@ class Executor:
         if run.workflow is None or not run.workflow.steps:
             raise ValueError(f"run {run.id} has no workflow to execute")
         failure = await self._run_workflow(run, run.workflow, depth=0, parent=None)
+        if failure and failure != run.stop_reason and self._can_recover(run):
+            failure = await self._recover(run, failure)
         last = self._record(run, str(len(run.workflow.steps) - 1))
         if failure is None and last is not None and last.status == "done":
             run.status, run.answer = "done", last.output
@@ -131,6 +147,42 @@ class Executor:
         else:
             run.status, run.error = "failed", failure or "the last step did not finish"
 
+    def _can_recover(self, run: Run) -> bool:
+        top = [r for r in run.steps if r.depth == 0]
+        return (
+            self.pool.recursion
+            and run.max_depth >= 1
+            and any(r.status == "failed" for r in top)
+            and not any(r.worker == CONDUCTOR_ID and (r.finish_reason or "").startswith("recovery") for r in top)
+        )
+
+    async def _recover(self, run: Run, failure: str) -> str | None:
+        """A step failed for good: the conductor, as a worker, sees what finished and re-plans around it."""
+        assert run.workflow is not None
+        top = [r for r in run.steps if r.depth == 0]
+        finished = {r.index: r.output or "" for r in top if r.status == "done"}
+        step = Step(
+            worker=CONDUCTOR_ID,
+            instruction=f"{failure}. Write a workflow that completes the task without that step's result, "
+            "using the work that finished.",
+            access=sorted(finished),
+        )
+        run.workflow.steps.append(step)
+        self.store.save_run(run)
+        log.warning("replanning_after_failure", run_id=run.id, failure=failure)
+        (record,) = self._prepare(run, Workflow(steps=[step]), 0, None, first_index=len(run.workflow.steps) - 1)
+        messages = worker_messages(run.task, run.context, run.workflow, record.index, finished)
+        stop = self._over_budget(run, CONDUCTOR_ID, messages)
+        if stop:
+            self._skip(run, [record], stop)
+            return stop
+        record = await self._run_step(run, run.workflow, record, messages, finished)
+        if record.status != "done":
+            return f"re-planning after a failed step did not finish: {record.error}"
+        record.finish_reason = f"recovery: {record.finish_reason}"
+        self._save(run, record)
+        return None
+
     # -- one (possibly nested) workflow ----------------------------------------------------------------
     def _record(self, run: Run, key: str) -> StepRecord | None:
         return next((r for r in run.steps if r.key == key), None)
@@ -138,10 +190,12 @@ class Executor:
     def _save(self, run: Run, record: StepRecord, messages: list[dict[str, Any]] | None = None) -> None:
         self.store.save_step(run.id, run.steps.index(record), record, messages)
 
-    def _prepare(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> list[StepRecord]:
+    def _prepare(
+        self, run: Run, workflow: Workflow, depth: int, parent: str | None, first_index: int = 0
+    ) -> list[StepRecord]:
         """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept."""
         records = []
-        for i, step in enumerate(workflow.steps):
+        for i, step in enumerate(workflow.steps, start=first_index):
             key = f"{parent}.{i}" if parent else str(i)
             record = self._record(run, key)
             if record is None:
@@ -207,17 +261,15 @@ class Executor:
             return run.stop_reason
         tokens, usd = run.spent()
         estimate = _estimated_tokens(messages)
+        price = providers.price_per_token(_spec(self.pool, worker_id))
+        next_cost = estimate * price[0] if price else 0.0
         if run.budget.max_tokens is not None and tokens + estimate > run.budget.max_tokens:
             limit = run.budget.max_tokens
             return f"token budget reached: {tokens} spent + ~{estimate} for the next step > {limit}"
-        if run.budget.max_usd is not None:
-            spec = self.pool.conductor if worker_id == CONDUCTOR_ID else self.pool.worker(worker_id)
-            price = providers.price_per_token(spec)
-            next_cost = estimate * price[0] if price else 0.0
-            if usd + next_cost > run.budget.max_usd:
-                limit_usd = run.budget.max_usd
-                return f"USD budget reached: ${usd:.4f} spent + ~${next_cost:.4f} for the next step > ${limit_usd}"
-        return None
+        if run.budget.max_usd is not None and usd + next_cost > run.budget.max_usd:
+            limit_usd = run.budget.max_usd
+            return f"USD budget reached: ${usd:.4f} spent + ~${next_cost:.4f} for the next step > ${limit_usd}"
+        return self.server_budget.exceeded_by(estimate, next_cost)
 
     def _skip(self, run: Run, records: list[StepRecord], reason: str) -> None:
         for record in records:
@@ -235,6 +287,8 @@ class Executor:
     ) -> StepRecord:
         record.status, record.started_at = "running", now()
         record.messages_digest = messages_digest(messages)
+        seen = workflow.steps[record.index].access
+        record.truncated_inputs = [j for j in seen if len(outputs.get(j, "")) > MAX_SEEN_OUTPUT_CHARS]
         self._save(run, record, messages)
         log.debug("step_started", run_id=run.id, step=record.key, worker=record.worker, digest=record.messages_digest)
         await self._emit("step_started", run, record)
@@ -253,6 +307,7 @@ class Executor:
             self._save(run, record)
             raise
         record.ended_at = now()
+        self.server_budget.add(record)
         self._save(run, record)
         log.debug("step_finished", run_id=run.id, step=record.key, status=record.status)
         await self._emit("step_finished", run, record)

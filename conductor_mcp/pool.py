@@ -41,6 +41,8 @@ class ModelSpec(BaseModel):
     model: str = Field(min_length=1, description="litellm model string, e.g. 'openai/gpt-5' or 'sim/solver'")
     api_base: str | None = None
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    api_key_file: str | None = Field(None, description="path of a file holding the key (read at call time)")
+    max_concurrency: int | None = Field(None, ge=1, description="concurrent calls to this model's endpoint")
     params: dict[str, Any] = Field(default_factory=dict, description="generation params passed to litellm")
     price: Pricing | None = Field(None, description="overrides litellm's price map (needed for hosted_vllm/)")
     prompt_style: Literal["chat", "completion"] = Field(
@@ -48,6 +50,12 @@ class ModelSpec(BaseModel):
     )
     timeout_s: float = Field(120.0, gt=0, description="deadline of one attempt")
     max_retries: int = Field(2, ge=0, le=10, description="retries on rate limits, timeouts, 5xx, connection errors")
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ModelSpec:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
 
     @field_validator("params")
     @classmethod

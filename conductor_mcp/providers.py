@@ -7,11 +7,13 @@ on the simulator is the same code path that real providers take.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import litellm
@@ -36,8 +38,9 @@ RETRYABLE = (
     litellm.BadGatewayError,
     asyncio.TimeoutError,
 )
-BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 20.0
+DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
+_limits: dict[tuple[int, str], asyncio.Semaphore] = {}
 
 
 class ProviderError(RuntimeError):
@@ -70,6 +73,11 @@ def _request(
         if not key:
             raise ValueError(f"environment variable {spec.api_key_env} is not set")
         request["api_key"] = key
+    elif spec.api_key_file:
+        try:
+            request["api_key"] = Path(spec.api_key_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the key file named by api_key_file: {exc.strerror}") from None
     if spec.api_base:
         request["api_base"] = spec.api_base
     if spec.price:
@@ -128,8 +136,23 @@ def _cost(response: Any) -> float:
 
 
 def _backoff(attempt: int) -> float:
-    """Exponential backoff with full jitter, so a storm of rate limits does not retry in lockstep."""
-    return random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2**attempt))
+    """Exponential backoff with full jitter, so a storm of rate limits does not retry in lockstep.
+
+    CONDUCTOR_RETRY_BASE_S (default 0.5 s) sets the first step; tests shorten it.
+    """
+    base = float(os.environ.get("CONDUCTOR_RETRY_BASE_S", "0.5"))
+    return random.uniform(0, min(BACKOFF_MAX_S, base * 2**attempt))
+
+
+def _limit(spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
+    """The concurrency limit of the provider endpoint `spec` calls (simulated models are not limited)."""
+    if sim.is_simulated(spec.model):
+        return contextlib.nullcontext()
+    endpoint = spec.api_base or spec.model.split("/", 1)[0]
+    key = (id(asyncio.get_running_loop()), endpoint)  # semaphores belong to one event loop
+    if key not in _limits:
+        _limits[key] = asyncio.Semaphore(spec.max_concurrency or DEFAULT_CONCURRENCY)
+    return _limits[key]
 
 
 async def _call_with_retries(
@@ -152,7 +175,7 @@ async def _call_with_retries(
     for attempt in range(spec.max_retries + 1):
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(spec.timeout_s):
+            async with _limit(spec), asyncio.timeout(spec.timeout_s):
                 response = await call(**request)
         except RETRYABLE as exc:
             attempts.append(_failed(spec, label, exc, started))

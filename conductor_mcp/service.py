@@ -22,7 +22,7 @@ from conductor_mcp.leases import Lease
 from conductor_mcp.logs import get_logger
 from conductor_mcp.pool import CONDUCTOR_ID, Pool, PoolError, available_pools, load_pool
 from conductor_mcp.store import RunNotFound, Store
-from conductor_mcp.transcript import Budget, Run, now
+from conductor_mcp.transcript import Budget, Run, ServerBudget, now
 from conductor_mcp.workflow import Step, Workflow
 
 log = get_logger(__name__)
@@ -59,6 +59,9 @@ class Service:
         self._listeners: dict[str, list[ProgressCallback]] = defaultdict(list)
         self._closing = False
         self._default_pool: str | None = None
+        self.server_budget = ServerBudget(
+            max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
+        )
 
     # -- pools ------------------------------------------------------------------------------------
     def default_pool_name(self) -> str:
@@ -100,6 +103,9 @@ class Service:
     ) -> tuple[Run, Pool]:
         if not isinstance(task, str) or not task.strip():
             raise RequestError("task: must be a non-empty string")
+        exhausted = self.server_budget.exhausted()
+        if exhausted:
+            raise RequestError(f"server: {exhausted}; no new runs until the server restarts")
         if len(task) > MAX_TASK_CHARS:
             raise RequestError(f"task: {len(task)} characters exceeds the limit of {MAX_TASK_CHARS}")
         if context is not None and len(context) > MAX_CONTEXT_CHARS:
@@ -130,6 +136,8 @@ class Service:
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
         await emit(on_event, ProgressEvent("conductor_started", run.id, f"conductor {pool.conductor.model} planning"))
         plan = await plan_workflow(pool, run.task, run.context, run.max_steps, run.metadata)
+        for call in plan.calls:
+            self.server_budget.add(call)
         if run.self_correct and plan.workflow.steps[-1].worker != CONDUCTOR_ID:
             every_step = list(range(len(plan.workflow.steps)))
             plan.workflow.steps.append(Step(worker=CONDUCTOR_ID, instruction=SELF_CHECK_INSTRUCTION, access=every_step))
@@ -344,7 +352,8 @@ class Service:
         try:
             if run.workflow is None:
                 await self._conduct(run, pool, on_event)
-            await Executor(pool, self.store, on_event, self.settings.step_timeout_s).execute(run)
+            executor = Executor(pool, self.store, on_event, self.settings.step_timeout_s, self.server_budget)
+            await executor.execute(run)
         except asyncio.CancelledError:
             if self._closing:
                 run.status, run.error = "interrupted", "the server stopped; continue_workflow resumes it"

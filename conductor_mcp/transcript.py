@@ -78,6 +78,9 @@ class StepRecord(CallUsage):
     conductor_call: ConductorCall | None = Field(None, description="for a conductor step: its call, raw output")
     workflow: Workflow | None = Field(None, description="for a conductor step: the corrective workflow it wrote")
     inherited_from: str | None = Field(None, description="run this finished step was taken from (continuations)")
+    truncated_inputs: list[int] = Field(
+        default_factory=list, description="seen steps whose output was cut to the size limit for this step"
+    )
 
 
 class Totals(BaseModel):
@@ -95,6 +98,34 @@ class Totals(BaseModel):
 class Budget(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_usd: float | None = Field(None, gt=0)
+
+
+class ServerBudget(BaseModel):
+    """Caps on what one server process may spend across all its runs (CONDUCTOR_SERVER_MAX_TOKENS / _USD)."""
+
+    max_tokens: int | None = None
+    max_usd: float | None = None
+    tokens: int = 0
+    usd: float = 0.0
+
+    def add(self, usage: CallUsage) -> None:
+        self.tokens += usage.prompt_tokens + usage.completion_tokens
+        self.usd += usage.cost_usd
+
+    def exhausted(self) -> str | None:
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            return f"server token budget exhausted: {self.tokens} of {self.max_tokens} spent"
+        if self.max_usd is not None and self.usd >= self.max_usd:
+            return f"server USD budget exhausted: ${self.usd:.4f} of ${self.max_usd} spent"
+        return None
+
+    def exceeded_by(self, tokens: int, usd: float) -> str | None:
+        """Why spending this much more would pass a cap, or None."""
+        if self.max_tokens is not None and self.tokens + tokens > self.max_tokens:
+            return f"server token budget reached: {self.tokens} spent + ~{tokens} > {self.max_tokens}"
+        if self.max_usd is not None and self.usd + usd > self.max_usd:
+            return f"server USD budget reached: ${self.usd:.4f} spent + ~${usd:.4f} > ${self.max_usd}"
+        return None
 
 
 class Run(BaseModel):
