@@ -16,16 +16,32 @@ _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|Bear
 REDACTED = "[redacted]"
 
 
+_registered: set[str] = set()
+
+
+def register_secret(value: str) -> None:
+    """Remember a key read for a call (from any variable or file) so that redaction masks it everywhere."""
+    if len(value) >= 8:
+        _registered.add(value)
+
+
 def secret_values() -> list[str]:
-    """Values of environment variables whose names say they hold a secret (long enough to be real keys)."""
-    return sorted((v for k, v in os.environ.items() if _KEY_NAME.search(k) and len(v) >= 8), key=len, reverse=True)
+    """Registered keys and values of environment variables whose names say they hold a secret."""
+    from_env = {v for k, v in os.environ.items() if _KEY_NAME.search(k) and len(v) >= 8}
+    return sorted(from_env | _registered, key=len, reverse=True)
+
+
+def redact_values(text: str) -> str:
+    """Mask the known secret values (a model's answer keeps key-shaped examples it writes on purpose)."""
+    for value in secret_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
 
 
 def redact(text: str) -> str:
-    """Mask known secret values and key-shaped strings in text bound for a log, transcript or store."""
-    for value in secret_values():
-        text = text.replace(value, REDACTED)
-    return _KEY_SHAPES.sub(REDACTED, text)
+    """Mask known secret values and key-shaped strings in text bound for a log, an error or the store."""
+    return _KEY_SHAPES.sub(REDACTED, redact_values(text))
 
 
 def _redact_event(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:

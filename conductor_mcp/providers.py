@@ -19,7 +19,7 @@ from typing import Any
 import litellm
 
 from conductor_mcp import local, sim
-from conductor_mcp.logs import get_logger, redact
+from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.pool import ModelSpec
 from conductor_mcp.transcript import Attempt
 
@@ -73,11 +73,13 @@ def _request(
         if not key:
             raise ValueError(f"environment variable {spec.api_key_env} is not set")
         request["api_key"] = key
+        register_secret(key)
     elif spec.api_key_file:
         try:
             request["api_key"] = Path(spec.api_key_file).expanduser().read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ValueError(f"cannot read the key file named by api_key_file: {exc.strerror}") from None
+        register_secret(request["api_key"])
     if spec.api_base:
         request["api_base"] = spec.api_base
     if spec.price:
@@ -200,7 +202,7 @@ async def _call_with_retries(
         usage = getattr(response, "usage", None)
         text = choice.text if spec.prompt_style == "completion" else choice.message.content
         return Completion(
-            text=(text or "").strip() if spec.prompt_style == "completion" else text or "",
+            text=redact_values((text or "").strip() if spec.prompt_style == "completion" else text or ""),
             finish_reason=choice.finish_reason,
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
