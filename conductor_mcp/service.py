@@ -190,11 +190,27 @@ class Service:
         metadata: dict[str, Any] | None = None,
         budget: Budget | None = None,
         self_correct: bool | None = None,
+        workflow: Workflow | None = None,
     ) -> Run:
-        """Validate, store and start a run in the background; `wait` collects it."""
+        """Validate, store and start a run in the background; `wait` collects it.
+
+        With `workflow` the conductor is not asked: that workflow runs as given (baselines, replays).
+        """
         run, pool_ = self._new_run(task, pool, max_steps, context, metadata, budget, self_correct)
+        if workflow is not None:
+            run.workflow = self._checked(workflow, pool_)
         self._launch(run, pool_)
         return run
+
+    def _checked(self, workflow: Workflow, pool: Pool) -> Workflow:
+        if not workflow.steps:
+            raise RequestError("workflow: must have at least one step")
+        for i, step in enumerate(workflow.steps):
+            if step.worker != CONDUCTOR_ID and step.worker not in pool.visible_ids():
+                raise RequestError(f"workflow: step {i} names unknown worker {step.worker!r}")
+            if any(not 0 <= j < i for j in step.access):
+                raise RequestError(f"workflow: step {i} may only see earlier steps, got {step.access}")
+        return workflow
 
     def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
         """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import sys
 import tempfile
@@ -23,19 +22,11 @@ import yaml
 os.environ["CONDUCTOR_SIM_TIME_SCALE"] = "0"
 
 from conductor_mcp.config import Settings
+from conductor_mcp.evaluation import wilson_interval
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.pool import builtin_pool_dir
 from conductor_mcp.service import Service
 from conductor_mcp.sim import final_answer, task_set
-
-
-def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 0.0
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], concurrency: int) -> dict[str, float]:
@@ -50,7 +41,7 @@ async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], conc
     results = await asyncio.gather(*(one(t) for t in tasks))
     n = len(results)
     correct = sum(r[0] for r in results)
-    low, high = wilson(correct, n)
+    low, high = wilson_interval(correct, n)
     return {
         "accuracy": correct / n, "ci_low": low, "ci_high": high,
         "tokens": sum(r[1] for r in results) / n, "calls": sum(r[2] for r in results) / n,
