@@ -76,6 +76,10 @@ class Service:
             self._pools[key] = load_pool(key, list(self.settings.pool_dirs))
         return self._pools[key]
 
+    def register_pool(self, pool: Pool) -> None:
+        """Make a pool built in code (a training sub-pool, say) available by its name."""
+        self._pools[pool.name] = pool
+
     def pools(self) -> list[PoolSummary]:
         """Every pool on the search path, each validated; a broken file is listed with its error."""
         summaries = []

@@ -1,0 +1,217 @@
+"""Train a Conductor with GRPO (TRL) from nothing but the reward of running its workflows.
+
+Each prompt is the conductor prompt the server sends (pool description, format, examples, task), for a random
+k-of-n sub-pool seeded per prompt, as in the paper. Each completion is parsed by the server's parser, run on
+that sub-pool by the server's executor and checked by a verifier (conductor_mcp/rewards.py). The last
+--recursion-steps steps use pools that offer the conductor itself as a worker (the paper's recursion phase).
+Output: a LoRA adapter, a card (card.json and README.md: base model, data, pool, recipe, reward curve) and
+reward_curve.png; tools/serve_conductor.py serves the adapter on vLLM.
+
+The defaults are the paper's recipe (a GPU job): Qwen2.5-7B-Instruct, 200 steps of 4 questions x 64 rollouts,
+temperature 1.0, learning rate 1e-6, no KL term, completions of up to 1024 tokens:
+
+    python tools/train_conductor.py --pool paper --dataset train.jsonl --use-vllm --out conductor-7b
+
+A CPU run on the embedded model (convert it first with tools/convert_gguf.py):
+
+    python tools/train_conductor.py --base-model ~/.cache/conductor-mcp/models/gemma3-270m-hf --pool sim \\
+        --sim-tasks 64 --steps 40 --questions 2 --group-size 4 --max-completion-length 24 --lr 2e-4 \\
+        --completion worker --out conductor-cpu
+
+`--completion worker` is a curriculum for models too small to write a whole workflow: the policy writes only
+the worker id of a one-step workflow (the prompt ends in the workflow's JSON up to the id), so what it can
+learn is which worker to pick for which task; the reward path is unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("CONDUCTOR_SIM_TIME_SCALE", "0")
+
+from conductor_mcp import conductor, datasets
+from conductor_mcp.config import Settings
+from conductor_mcp.logs import configure_logging
+from conductor_mcp.pool import Pool, builtin_pool_dir, load_pool
+from conductor_mcp.rewards import WorkflowReward
+from conductor_mcp.service import Service
+from conductor_mcp.sim import task_set
+
+WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'
+WORKER_SUFFIX = '", "instruction": "Solve the task and state the final answer.", "access": []}]}'
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-model", default="Qwen/Qwen2.5-7B-Instruct", help="HF id or local folder")
+    parser.add_argument("--pool", default="sim", help="pool name or YAML path the conductor learns to use")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--dataset", action="append", help="JSONL task file(s) (datasets.py); repeatable")
+    source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks instead")
+    parser.add_argument("--subpool-k", type=int, default=0, help="random k-of-n workers per prompt (0: all)")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--questions", type=int, default=4, help="questions per step")
+    parser.add_argument("--group-size", type=int, default=64, help="rollouts per question (GRPO group)")
+    parser.add_argument("--lr", type=float, default=1e-6)
+    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (the paper uses none)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-completion-length", type=int, default=1024)
+    parser.add_argument("--max-steps-per-workflow", type=int, default=5)
+    parser.add_argument("--lora-r", type=int, default=16)
+    parser.add_argument("--lora-alpha", type=int, default=32)
+    parser.add_argument("--recursion-steps", type=int, default=0, help="final steps with the conductor in its pool")
+    parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
+    parser.add_argument("--completion", choices=["workflow", "worker"], default="workflow")
+    parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not args.dataset and not args.sim_tasks:
+        parser.error("give --dataset or --sim-tasks")
+    return args
+
+
+def build_rows(args: argparse.Namespace, pool: Pool, tokenizer: Any) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
+    """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name."""
+    tasks = (
+        task_set(args.sim_tasks, args.seed) if args.sim_tasks else [t for d in args.dataset for t in datasets.load(d)]
+    )
+    needed = args.steps * args.questions
+    pools: dict[str, Pool] = {}
+    rows = []
+    for i in range(needed):
+        task = tasks[i % len(tasks)]
+        sub = pool.sample(args.subpool_k, seed=args.seed * 100_003 + i) if args.subpool_k else pool
+        if i >= needed - args.recursion_steps * args.questions:
+            sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
+        pools[sub.name] = sub
+        messages = [
+            {"role": "system", "content": conductor.system_prompt(sub, args.max_steps_per_workflow)},
+            {"role": "user", "content": conductor.task_prompt(task["question"], None)},
+        ]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = text.removeprefix(tokenizer.bos_token or "")  # the trainer's tokenizer adds BOS itself
+        if args.completion == "worker":
+            text += WORKER_PREFILL
+        rows.append({"prompt": text, "task": json.dumps(task), "pool_name": sub.name})
+    return rows, pools
+
+
+def completion_text(args: argparse.Namespace, completion: Any) -> str:
+    text = completion if isinstance(completion, str) else completion[0]["content"]
+    if args.completion == "worker":  # the policy wrote the worker id: close the one-step workflow around it
+        return WORKER_PREFILL + text.split('"', 1)[0].strip() + WORKER_SUFFIX
+    return text
+
+
+def plot_curve(curve: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(range(1, len(curve) + 1), curve, marker=".", label="mean reward per step")
+    window = max(1, len(curve) // 10)
+    smooth = [
+        sum(curve[max(0, i - window + 1) : i + 1]) / len(curve[max(0, i - window + 1) : i + 1])
+        for i in range(len(curve))
+    ]
+    ax.plot(range(1, len(curve) + 1), smooth, label=f"moving mean ({window})")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("reward")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def train(args: argparse.Namespace) -> dict[str, Any]:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    configure_logging("error")
+    pool = load_pool(args.pool, [builtin_pool_dir()])
+    tokenizer = AutoTokenizer.from_pretrained(args.base_model)
+    rows, pools = build_rows(args, pool, tokenizer)
+    state = tempfile.mkdtemp(prefix="conductor-train-")
+    reward = WorkflowReward(Service(Settings.from_env(state_dir=Path(state))), args.max_steps_per_workflow,
+                            cost_weight=args.cost_weight)  # fmt: skip
+    curve: list[float] = []
+
+    async def workflow_reward(prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str],
+                              **_: Any) -> list[float]:  # fmt: skip
+        """TRL reward function: run each completion's workflow and score its answer."""
+        outcomes = await reward.score_batch(
+            [completion_text(args, c) for c in completions],
+            [json.loads(t) for t in task],
+            [pools[n] for n in pool_name],
+        )
+        scores = [o.reward for o in outcomes]
+        curve.append(sum(scores) / len(scores))
+        return scores
+
+    config = GRPOConfig(
+        output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
+        temperature=args.temperature, num_generations=args.group_size,
+        per_device_train_batch_size=args.questions * args.group_size, max_completion_length=args.max_completion_length,
+        logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
+        vllm_mode="colocate", shuffle_dataset=False, use_cpu=not args.use_vllm and not _has_gpu(),
+        bf16=False, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=args.base_model, reward_funcs=[workflow_reward], args=config, train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
+                                                           target_modules="all-linear", task_type="CAUSAL_LM"),
+    )  # fmt: skip
+    trainer.train()
+    adapter = args.out / "adapter"
+    trainer.save_model(str(adapter))
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    card = {
+        "base_model": args.base_model, "adapter": str(adapter), "pool": pool.name, "pool_digest": pool.digest(),
+        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})", "steps": args.steps,
+        "recipe": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
+    }  # fmt: skip
+    (args.out / "card.json").write_text(json.dumps(card, indent=2))
+    plot_curve(curve, args.out / "reward_curve.png")
+    first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
+    (args.out / "README.md").write_text(
+        f"# Conductor adapter\n\nBase model `{args.base_model}`, LoRA r={args.lora_r}, trained with GRPO for "
+        f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
+        f"{sum(first) / len(first):.3f}, last fifth {sum(last) / len(last):.3f} (reward_curve.png).\n\n"
+        f"Serve it: `python tools/serve_conductor.py --model {args.base_model} --lora conductor={adapter}`.\n"
+    )  # fmt: skip
+    return card
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    card = train(args)
+    curve = card["reward_curve"]
+    fifth = max(1, len(curve) // 5)
+    print(f"{len(curve)} steps; mean reward first fifth {sum(curve[:fifth]) / fifth:.3f}, "
+          f"last fifth {sum(curve[-fifth:]) / fifth:.3f}; adapter in {card['adapter']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
