@@ -24,6 +24,8 @@ from conductor_mcp.workflow import Step, Workflow
 
 log = get_logger(__name__)
 
+CALLED = ("running", "done", "failed", "cancelled")  # statuses of steps that made (or are making) a call
+
 EventKind = Literal[
     "conductor_started", "conductor_finished", "step_started", "step_finished", "heartbeat", "run_finished"
 ]
@@ -255,7 +257,7 @@ class Executor:
 
     def _over_budget(self, run: Run, worker_id: str, messages: list[dict[str, Any]]) -> str | None:
         """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated)."""
-        started = sum(1 for r in run.steps if r.status != "pending" and r.inherited_from is None)
+        started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None)
         if started >= run.max_calls:
             run.stop_reason = f"call budget reached: {started} of {run.max_calls} calls used"
             return run.stop_reason
