@@ -177,7 +177,7 @@ async def _ask(
     On failure the plan's workflow is empty and `fallback_reason` says why; the caller decides the fallback.
     """
     ids = pool.offered_ids()
-    schema = workflow_json_schema(ids, max_steps, pool.conductor.max_text_chars)
+    schema = workflow_json_schema(ids, max_steps, pool.conductor.max_text_chars, allow_empty)
     calls: list[ConductorCall] = []
     error = "no attempt made"
     for attempt in range(2):

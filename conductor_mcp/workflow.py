@@ -61,10 +61,13 @@ class ParsedWorkflow(BaseModel):
     repairs: list[Repair] = Field(default_factory=list)
 
 
-def workflow_json_schema(worker_ids: list[str], max_steps: int, max_text_chars: int | None = None) -> dict[str, Any]:
+def workflow_json_schema(
+    worker_ids: list[str], max_steps: int, max_text_chars: int | None = None, allow_empty: bool = False
+) -> dict[str, Any]:
     """The JSON schema the conductor's decoding is constrained to: short reasoning first, then the steps.
 
-    `max_text_chars` bounds the free-text fields, for backends (llama.cpp, vLLM) whose grammars enforce it.
+    `max_text_chars` bounds the free-text fields, for backends (llama.cpp, vLLM) whose grammars enforce it;
+    an empty steps list ("stop") is only allowed where it means something: the conductor called as a worker.
     """
     text: dict[str, Any] = {"type": "string"}
     if max_text_chars:
@@ -75,6 +78,7 @@ def workflow_json_schema(worker_ids: list[str], max_steps: int, max_text_chars: 
             "reasoning": text,
             "steps": {
                 "type": "array",
+                "minItems": 0 if allow_empty else 1,
                 "maxItems": max_steps,
                 "items": {
                     "type": "object",

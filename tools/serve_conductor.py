@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(cmd))
         print(pool_settings(args))
         return 0
-    process = subprocess.Popen(cmd, env=environment(args))
+    process = subprocess.Popen(cmd, env=environment(args), stdout=sys.stderr)  # our stdout: the settings only
     signal.signal(signal.SIGTERM, lambda *_: process.terminate())
     wait_healthy(f"http://{args.host}:{args.port}", process, args.startup_timeout)
     print(f"vLLM is serving {args.model} at http://{args.host}:{args.port}/v1; conductor settings:", flush=True)
