@@ -222,8 +222,7 @@ class Service:
         - running here: the same run, to collect;
         - planned: its stored plan starts;
         - interrupted, failed or cancelled: it resumes; finished steps are kept and not called again;
-        - with feedback (any run not running): a new run on the same task whose conductor and workers see the
-          earlier transcript and the feedback; it links to its parent.
+        - with feedback (any run not running): a follow-up run (see `_follow_up`) that links to its parent.
         """
         run = self.status(run_id)
         if run.id in self._active:
@@ -276,8 +275,9 @@ class Service:
 
     async def run_planned(self, run_id: str, on_event: ProgressCallback | None = None) -> Run:
         """Execute a stored plan (a run in status `planned`) on the pool it was planned for."""
-        if self.status(run_id).status != "planned":
-            raise RequestError(f"run_id: run {run_id} is {self.status(run_id).status}, not planned")
+        status = self.status(run_id).status
+        if status != "planned":
+            raise RequestError(f"run_id: run {run_id} is {status}, not planned")
         run = self.continue_run(run_id)
         return await self.wait(run.id, None, on_event)
 
@@ -312,6 +312,8 @@ class Service:
                     await emit(on_event, getter.result())
                     continue
                 getter.cancel()
+                if getter.done() and not getter.cancelled():  # it got an event as the wait timed out
+                    await emit(on_event, getter.result())
                 if not done and heartbeat_s is not None:
                     finished = sum(1 for s in run.steps if s.status == "done")
                     await emit(
