@@ -130,11 +130,13 @@ class Executor:
         self.step_timeout_s = step_timeout_s
         self.server_budget = server_budget or ServerBudget()
         self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
+        self._positions: dict[str, int] = {}  # step key -> position in run.steps (and its order in the store)
 
     async def execute(self, run: Run) -> None:
         """Run the workflow to the end, a cap or budget stop, a failed step, or cancellation (re-raised)."""
         if run.workflow is None or not run.workflow.steps:
             raise ValueError(f"run {run.id} has no workflow to execute")
+        self._positions = {record.key: position for position, record in enumerate(run.steps)}
         failure = await self._run_workflow(run, run.workflow, depth=0, parent=None)
         if failure and failure != run.stop_reason and self._can_recover(run):
             failure = await self._recover(run, failure)
@@ -187,10 +189,11 @@ class Executor:
 
     # -- one (possibly nested) workflow ----------------------------------------------------------------
     def _record(self, run: Run, key: str) -> StepRecord | None:
-        return next((r for r in run.steps if r.key == key), None)
+        position = self._positions.get(key)
+        return None if position is None else run.steps[position]
 
     def _save(self, run: Run, record: StepRecord, messages: list[dict[str, Any]] | None = None) -> None:
-        self.store.save_step(run.id, run.steps.index(record), record, messages)
+        self.store.save_step(run.id, self._positions[record.key], record, messages)
 
     def _prepare(
         self, run: Run, workflow: Workflow, depth: int, parent: str | None, first_index: int = 0
@@ -205,6 +208,7 @@ class Executor:
                                     visible_id=step.worker, model="", instruction=step.instruction,
                                     access=list(step.access))  # fmt: skip
                 run.steps.append(record)
+                self._positions[key] = len(run.steps) - 1
             if record.status != "done":
                 if step.worker == CONDUCTOR_ID:
                     record.worker, record.model = CONDUCTOR_ID, self.pool.conductor.model

@@ -69,7 +69,8 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
         pool=pool.name,
         pool_digest=pool.digest(),
         conductor_model="none",
-        max_steps=20,
+        max_steps=len(workflow.steps),
+        max_calls=len(workflow.steps),
         workflow=workflow,
     )
 
@@ -85,7 +86,7 @@ async def per_step(pool: Any, store: Store, steps: int) -> tuple[float, float, f
     started = time.perf_counter()
     await Executor(pool, store).execute(run)
     executor_ms = (time.perf_counter() - started) * 1000 / steps
-    assert run.status == "done", run.error
+    assert run.status == "done" and all(s.status == "done" for s in run.steps), run.stop_reason or run.error
     spec = pool.by_id("instant")
     all_messages = [store.step_messages(run.id, str(i)) for i in range(steps)]
     request = providers._request(spec, [], None)
