@@ -331,6 +331,8 @@ class Service:
             raise
         finally:
             self._listeners[run_id].remove(queue.put)
+            if not self._listeners[run_id] and run_id not in self._active:
+                del self._listeners[run_id]  # nothing is kept per finished run
         while not queue.empty():
             await emit(on_event, queue.get_nowait())
         return run
