@@ -11,6 +11,7 @@ import contextlib
 import copy
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,9 @@ def _request(
     return request
 
 
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.MULTILINE)
+
+
 async def _served(spec: ModelSpec) -> ModelSpec:
     """The spec litellm can call: a `local/<name>` model becomes the llama.cpp server that serves it."""
     if not local.is_local(spec.model):
@@ -102,10 +106,14 @@ async def _served(spec: ModelSpec) -> ModelSpec:
 
 
 def completion_prompt(messages: list[dict[str, Any]]) -> str:
-    """Chat messages as one Question/Answer prompt, the form a base model continues sensibly."""
+    """Chat messages as one Question/Answer prompt, the form a base model continues sensibly.
+
+    Markdown headings become plain "Heading:" lines: after "# ..." lines a small base model tends to answer
+    with nothing or with more headings.
+    """
     parts = []
     for message in messages:
-        content = str(message.get("content") or "").strip()
+        content = _HEADING.sub(r"\1:", str(message.get("content") or "").strip())
         if message.get("role") == "system":
             parts.append(f"{content}\n")
         elif message.get("role") == "assistant":

@@ -412,3 +412,11 @@ def test_shipped_sim_pool_runs(tmp_path: Path) -> None:
     run = asyncio.run(service.orchestrate("What is 6*7?", metadata={"domain": "math", "answer": "42"}))
     assert run.pool == "sim" and run.status == "done"
     assert load_pool("sim", list(service.settings.pool_dirs)).digest() == run.pool_digest
+
+
+def test_completion_prompt_for_base_models() -> None:
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "# Task\nWhat is 2+2?\n\n# Your instruction\nAnswer it."}]  # fmt: skip
+    assert providers.completion_prompt(messages) == (
+        "Be brief.\n\nQuestion: Task:\nWhat is 2+2?\n\nYour instruction:\nAnswer it.\nAnswer:"
+    )
