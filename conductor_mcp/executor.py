@@ -267,8 +267,10 @@ class Executor:
             return run.stop_reason
         tokens, usd = run.spent()
         estimate = _estimated_tokens(messages)
-        price = providers.price_per_token(_spec(self.pool, worker_id))
-        next_cost = estimate * price[0] if price else 0.0
+        next_cost = 0.0
+        if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
+            price = providers.price_per_token(_spec(self.pool, worker_id))
+            next_cost = estimate * price[0] if price else 0.0
         if run.budget.max_tokens is not None and tokens + estimate > run.budget.max_tokens:
             limit = run.budget.max_tokens
             return f"token budget reached: {tokens} spent + ~{estimate} for the next step > {limit}"

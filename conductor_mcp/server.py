@@ -408,7 +408,7 @@ def _pool_info(service: Service, summary: Any) -> PoolInfo:
         return PoolInfo(
             name=summary.name, description="", conductor=None, workers=[], missing_keys=[], error=summary.error
         )
-    pool = service.pool(summary.path)
+    pool = service.pool(summary.name)
     return PoolInfo(
         name=summary.name,
         description=pool.description,

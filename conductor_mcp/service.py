@@ -89,6 +89,7 @@ class Service:
             except PoolError as exc:
                 summaries.append(PoolSummary(name, str(path), [], None, "", error=str(exc)))
                 continue
+            self._pools.setdefault(name, pool)  # later lookups by name reuse what was just validated
             summaries.append(
                 PoolSummary(name, str(path), [w.id for w in pool.workers], pool.conductor.model, pool.description)
             )

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from conductor_mcp.local import free_port
 from conductor_mcp.service import Service
 from tests.conftest import write_pool
 from tests.test_engine import scripted_pool
-from tests.test_server_processes import free_port
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from conductor_mcp.config import Settings
+from conductor_mcp.local import free_port
 from conductor_mcp.server import http_app, is_loopback
 from conductor_mcp.service import RequestError, Service
 from tests.conftest import sim_pool_doc, write_pool
@@ -114,12 +115,6 @@ def test_nothing_but_json_rpc_reaches_stdout(tmp_path: Path) -> None:
     assert any(json.loads(line).get("method") == "notifications/progress" for line in lines)
     log_lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(entry.get("event") == "step_started" for entry in log_lines)  # it did log, heavily, to stderr
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class HttpServer:

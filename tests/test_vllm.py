@@ -20,9 +20,9 @@ import pytest
 
 from conductor_mcp import local
 from conductor_mcp.config import Settings
+from conductor_mcp.local import free_port
 from conductor_mcp.service import Service
 from tests.conftest import write_pool
-from tests.test_server_processes import free_port
 
 VLLM_PYTHON = os.environ.get("CONDUCTOR_VLLM_PYTHON")
 MODEL_DIR = os.environ.get("CONDUCTOR_VLLM_MODEL")

@@ -23,13 +23,9 @@ from pathlib import Path
 
 from mcp.client import Client
 
+from conductor_mcp.local import free_port
+
 TASK = "Prove that the product of two odd numbers is odd, step by step."
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def memory_kib(pid: int) -> dict[str, int]:
