@@ -40,17 +40,27 @@ CONDUCTOR_DESCRIPTION = (
 
 
 def system_prompt(pool: Pool, max_steps: int) -> str:
-    """Everything that does not depend on the task, in a stable order (the prompt-cache prefix)."""
+    """Everything that does not depend on the task, in a stable order (the prompt-cache prefix).
+
+    The pool's `conductor.prompt` picks the full prompt (rules and two worked examples) or the compact one a
+    small trained conductor learned on: a conductor must be served with the prompt it was trained with.
+    """
     ids = pool.visible_ids()
     lines = [f"- {vid}: {' '.join(w.description.split())}" for vid, w in zip(ids, pool.workers, strict=True)]
     if pool.recursion:
         lines.append(f"- {CONDUCTOR_ID}: {CONDUCTOR_DESCRIPTION}")
     workers = "\n".join(lines)
+    if pool.conductor.prompt == "compact":
+        return (
+            "You are the Conductor: write a workflow that a team of AI workers carries out.\n"
+            f"Workers:\n{workers}\n"
+            'Reply with one JSON object: {"reasoning": "...", "steps": [{"worker": "<worker id>", "instruction": '
+            '"<what that worker must do>", "access": <[] for only the task, earlier step numbers such as [0], or '
+            f'"all">}}]}}. At most {max_steps} steps; the last step\'s answer is the final answer.\n'
+            f"Example:\n{json.dumps(_one_step_example(ids[0]))}\n"
+        )
     first, second = ids[0], ids[min(1, len(ids) - 1)]
-    easy = {
-        "reasoning": "A short factual question: one capable worker is enough.",
-        "steps": [{"worker": first, "instruction": "Answer the question and state the final answer.", "access": []}],
-    }
+    easy = _one_step_example(first)
     hard = {
         "reasoning": "A hard problem: two independent attempts, then a careful reviewer who sees both.",
         "steps": [
@@ -91,6 +101,13 @@ def system_prompt(pool: Pool, max_steps: int) -> str:
         f"Task: What is the boiling point of water at sea level in Celsius?\n{json.dumps(easy)}\n\n"
         f"Task: Prove that the square root of 2 is irrational.\n{json.dumps(hard)}\n"
     )
+
+
+def _one_step_example(worker: str) -> dict[str, Any]:
+    return {
+        "reasoning": "A short factual question: one capable worker is enough.",
+        "steps": [{"worker": worker, "instruction": "Answer the question and state the final answer.", "access": []}],
+    }
 
 
 def task_prompt(task: str, context: str | None) -> str:

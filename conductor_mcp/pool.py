@@ -87,6 +87,11 @@ class ConductorSpec(ModelSpec):
         description="how the backend takes a JSON schema: vLLM/OpenAI 'json_schema', llama.cpp 'json_object'",
     )
     timeout_s: float = Field(180.0, gt=0)
+    prompt: Literal["full", "compact"] = Field(
+        "full",
+        description="'compact' drops the worked examples and condenses the rules (about a quarter of the tokens), "
+        "for small conductors trained on it: tools/train_conductor.py uses the pool's choice",
+    )
     max_text_chars: int | None = Field(
         None, ge=20, description="caps reasoning and instructions in the schema, so small models cannot ramble"
     )

@@ -20,6 +20,7 @@ from conductor_mcp.pool import load_pool
 from conductor_mcp.service import RequestError, RunNotFound, Service
 from conductor_mcp.store import Store
 from conductor_mcp.transcript import Budget, to_markdown
+from conductor_mcp.workflow import parse_workflow, validate_workflow
 from tests.conftest import sim_pool_doc, write_pool
 
 
@@ -44,6 +45,17 @@ def test_system_prompt_is_byte_identical_across_tasks(service: Service) -> None:
     pool = service.pool("testpool")
     assert conductor.system_prompt(pool, 5) == conductor.system_prompt(service.pool("testpool"), 5)
     assert "- model_0: strongest at math" in conductor.system_prompt(pool, 5)
+
+
+def test_compact_prompt_is_short_and_its_example_is_a_valid_workflow(service: Service) -> None:
+    pool = service.pool("testpool")
+    compact = pool.model_copy(update={"conductor": pool.conductor.model_copy(update={"prompt": "compact"})})
+    full_text, compact_text = conductor.system_prompt(pool, 5), conductor.system_prompt(compact, 5)
+    assert len(compact_text) < len(full_text) / 2
+    assert "- model_0: strongest at math" in compact_text and "At most 5 steps" in compact_text
+    example = compact_text.split("Example:\n", 1)[1]
+    workflow, repairs = validate_workflow(parse_workflow(example), compact.offered_ids(), 5)
+    assert workflow.steps[0].worker == "model_0" and not repairs
 
 
 async def test_conductor_messages_put_the_stable_prefix_first(service: Service, monkeypatch) -> None:
