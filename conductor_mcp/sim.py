@@ -48,9 +48,21 @@ class SimWorkerProfile(BaseModel):
     first_token_s: float = Field(0.3, ge=0)
     tokens_per_s: float = Field(80.0, gt=0)
     output_tokens: int = Field(300, ge=1, description="typical completion length on a medium task")
+    difficulty_adjusted: bool = Field(
+        True, description="easy tasks raise the skill and hard ones lower it; false keeps it exact (testbeds)"
+    )
 
     def skill(self, domain: str) -> float:
         return min(1.0, max(0.0, self.skills.get(domain, self.default_skill)))
+
+    def skill_at(self, domain: str, difficulty: str) -> float:
+        """The chance of a right answer on a task of this domain and difficulty."""
+        skill = self.skill(domain)
+        if not self.difficulty_adjusted:
+            return skill
+        if difficulty == "easy":
+            return skill + (1 - skill) * 0.5
+        return skill * DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[1]
 
 
 class SimConductorProfile(BaseModel):
@@ -109,9 +121,8 @@ def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: d
     rng = _rng(name, prompt)
     instruction = prompt.rsplit("# Your instruction", 1)[-1].strip()
     difficulty = str(metadata.get("difficulty", "medium"))
-    token_factor, skill_factor = DIFFICULTY.get(difficulty, DIFFICULTY["medium"])
-    skill = profile.skill(str(metadata.get("domain", "general")))
-    skill = skill + (1 - skill) * 0.5 if difficulty == "easy" else skill * skill_factor
+    token_factor = DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[0]
+    skill = profile.skill_at(str(metadata.get("domain", "general")), difficulty)
     completion_tokens = max(1, int(profile.output_tokens * token_factor * rng.uniform(0.7, 1.3)))
     reference = metadata.get("answer")
     excerpt = " ".join(instruction.split())[:200]

@@ -65,6 +65,18 @@ def test_difficulty_scales_tokens() -> None:
     assert 3.0 < hard / easy < 5.0
 
 
+def test_difficulty_moves_skill_unless_the_profile_keeps_it_exact() -> None:
+    adjusted = SimWorkerProfile(skills={"math": 1.0}, default_skill=0.0)
+    exact = adjusted.model_copy(update={"difficulty_adjusted": False})
+    assert adjusted.skill_at("science", "easy") == 0.5 and adjusted.skill_at("math", "hard") == 0.75
+    assert exact.skill_at("science", "easy") == 0.0 and exact.skill_at("math", "hard") == 1.0
+    for i in range(30):  # an exact specialist: right in its domain at every difficulty, wrong elsewhere
+        for difficulty in ("easy", "medium", "hard"):
+            assert _answer(worker_answer("w", exact, f"q{i}", {**META, "difficulty": difficulty})[0]) == "42"
+            science = {"domain": "science", "answer": "B", "choices": list("ABCD"), "difficulty": difficulty}
+            assert _answer(worker_answer("w", exact, f"q{i}", science)[0]) != "B"
+
+
 SYSTEM = (
     "## Workers\n- model_0: strongest at math\n- model_1: strongest at code\n- model_2: generalist\n\n"
     "## How\n- worker: x"
