@@ -24,6 +24,7 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import litellm
@@ -360,7 +361,7 @@ SIM_DOMAINS = ("math", "code", "science", "general")
 DIFFICULTY_MIX = (("easy", 0.4), ("medium", 0.3), ("hard", 0.3))
 
 
-def task_set(n: int, seed: int = 0) -> list[dict[str, Any]]:
+def task_set(n: int, seed: int = 0, domains: Sequence[str] = SIM_DOMAINS) -> list[dict[str, Any]]:
     """A reproducible set of simulated tasks (the dataset format: question, answer, type, domain, difficulty).
 
     Math answers are numbers, the rest multiple-choice letters; the questions carry no real content, since only
@@ -369,7 +370,7 @@ def task_set(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     tasks = []
     for i in range(n):
-        domain = SIM_DOMAINS[i % len(SIM_DOMAINS)]
+        domain = domains[i % len(domains)]
         difficulty = rng.choices([d for d, _ in DIFFICULTY_MIX], [w for _, w in DIFFICULTY_MIX])[0]
         hint = " Work step by step." if difficulty == "hard" else ""
         task: dict[str, Any] = {"id": f"sim-{seed}-{i}", "domain": domain, "difficulty": difficulty}

@@ -128,6 +128,7 @@ def test_task_set_is_reproducible_and_mixed() -> None:
     tasks = task_set(40, seed=3)
     assert tasks == task_set(40, seed=3) and tasks != task_set(40, seed=4)
     assert {t["domain"] for t in tasks} == {"math", "code", "science", "general"}
+    assert [t["domain"] for t in task_set(4, seed=3, domains=["math", "code"])] == ["math", "code"] * 2
     assert {t["difficulty"] for t in tasks} == {"easy", "medium", "hard"}
     assert all(t["answer"] in t["choices"] for t in tasks if t["type"] == "multiple_choice")
     assert final_answer("x\nANSWER: 1\nmore\nANSWER: 7 ") == "7" and final_answer("none") == ""

@@ -1,6 +1,6 @@
 """Train a Conductor with GRPO (TRL) from nothing but the reward of running its workflows.
 
-Each prompt is the conductor prompt the server sends (pool description, format, examples, task), for a random
+Each prompt is the conductor prompt the server sends (the pool's full or compact prompt, then the task), for a random
 k-of-n sub-pool seeded per prompt, as in the paper. Each completion is parsed by the server's parser, run on
 that sub-pool by the server's executor and checked by a verifier (conductor_mcp/rewards.py). The last
 --recursion-steps steps use pools that offer the conductor itself as a worker (the paper's recursion phase).
@@ -14,9 +14,10 @@ temperature 1.0, learning rate 1e-6, no KL term, completions of up to 1024 token
 
 A CPU run on the embedded model (convert it first with tools/convert_gguf.py):
 
-    python tools/train_conductor.py --base-model ~/.cache/conductor-mcp/models/gemma3-270m-hf --pool sim \\
-        --sim-tasks 64 --steps 40 --questions 2 --group-size 4 --max-completion-length 24 --lr 2e-4 \\
-        --completion worker --out conductor-cpu
+    python tools/train_conductor.py --base-model ~/.cache/conductor-mcp/models/gemma3-270m-hf \\
+        --pool sim-specialists --sim-tasks 64 --steps 48 --questions 4 --group-size 8 --max-completion-length 4 \\
+        --lr 1e-4 --entropy-coef 0.05 --lora-r 8 --lora-alpha 16 --completion worker --seed 1 --eval-tasks 32 \\
+        --out conductor-cpu
 
 `--completion worker` is a curriculum for models too small to write a whole workflow: the policy writes only
 the worker id of a one-step workflow (the prompt ends in the workflow's JSON up to the id), so what it can
@@ -26,10 +27,12 @@ learn is which worker to pick for which task; the reward path is unchanged.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +42,9 @@ from conductor_mcp import conductor, datasets
 from conductor_mcp.config import Settings
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.pool import Pool, builtin_pool_dir, load_pool
-from conductor_mcp.rewards import WorkflowReward
+from conductor_mcp.rewards import Outcome, WorkflowReward
 from conductor_mcp.service import Service
-from conductor_mcp.sim import task_set
+from conductor_mcp.sim import SIM_DOMAINS, task_set
 
 WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'
 WORKER_SUFFIX = '", "instruction": "Solve the task and state the final answer.", "access": []}]}'
@@ -54,12 +57,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--dataset", action="append", help="JSONL task file(s) (datasets.py); repeatable")
     source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks instead")
+    parser.add_argument("--sim-domains", default=",".join(SIM_DOMAINS), help="domains of the simulator tasks")
+    parser.add_argument("--eval-tasks", type=int, default=0, help="with --sim-tasks: held-out tasks to score")
+    parser.add_argument("--eval-dataset", action="append", help="held-out JSONL task file(s)")
     parser.add_argument("--subpool-k", type=int, default=0, help="random k-of-n workers per prompt (0: all)")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--questions", type=int, default=4, help="questions per step")
     parser.add_argument("--group-size", type=int, default=64, help="rollouts per question (GRPO group)")
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (the paper uses none)")
+    parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus: keeps small groups exploring")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-completion-length", type=int, default=1024)
     parser.add_argument("--max-steps-per-workflow", type=int, default=5)
@@ -74,21 +81,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.dataset and not args.sim_tasks:
         parser.error("give --dataset or --sim-tasks")
+    if args.eval_tasks and not args.sim_tasks:
+        parser.error("--eval-tasks draws held-out simulated tasks; with --dataset give --eval-dataset instead")
     return args
 
 
-def build_rows(args: argparse.Namespace, pool: Pool, tokenizer: Any) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
+def training_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.sim_tasks:
+        return task_set(args.sim_tasks, args.seed, args.sim_domains.split(","))
+    return [t for d in args.dataset for t in datasets.load(d)]
+
+
+def held_out_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Tasks the policy never trains on: simulated ones from another seed, or --eval-dataset."""
+    if args.eval_dataset:
+        return [t for d in args.eval_dataset for t in datasets.load(d)]
+    if args.sim_tasks and args.eval_tasks:
+        return task_set(args.eval_tasks, args.seed + 1, args.sim_domains.split(","))
+    return []
+
+
+def build_rows(
+    args: argparse.Namespace, pool: Pool, tokenizer: Any, tasks: list[dict[str, Any]], count: int, recursion_rows: int
+) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
     """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name."""
-    tasks = (
-        task_set(args.sim_tasks, args.seed) if args.sim_tasks else [t for d in args.dataset for t in datasets.load(d)]
-    )
-    needed = args.steps * args.questions
     pools: dict[str, Pool] = {}
     rows = []
-    for i in range(needed):
+    for i in range(count):
         task = tasks[i % len(tasks)]
         sub = pool.sample(args.subpool_k, seed=args.seed * 100_003 + i) if args.subpool_k else pool
-        if i >= needed - args.recursion_steps * args.questions:
+        if i >= count - recursion_rows:
             sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
         pools[sub.name] = sub
         messages = [
@@ -108,6 +130,53 @@ def completion_text(args: argparse.Namespace, completion: Any) -> str:
     if args.completion == "worker":  # the policy wrote the worker id: close the one-step workflow around it
         return WORKER_PREFILL + text.split('"', 1)[0].strip() + WORKER_SUFFIX
     return text
+
+
+class Scorer:
+    """Scores completions with the workflow reward on one event loop that lives as long as the process.
+
+    TRL calls the reward during training and the held-out evaluation calls it around training; one loop keeps
+    litellm's background workers and the per-loop endpoint limits valid for both.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        service = Service(Settings.from_env(state_dir=Path(tempfile.mkdtemp(prefix="conductor-train-"))))
+        self.reward = WorkflowReward(service, args.max_steps_per_workflow, cost_weight=args.cost_weight)
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="conductor-rewards", daemon=True).start()
+
+    def __call__(self, completions: list[str], tasks: list[dict[str, Any]], pools: list[Pool]) -> list[Outcome]:
+        batch = self.reward.score_batch(completions, tasks, pools)
+        return asyncio.run_coroutine_threadsafe(batch, self.loop).result()
+
+
+def evaluate_policy(
+    args: argparse.Namespace, model: Any, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], scorer: Scorer
+) -> dict[str, Any]:
+    """Score the policy's greedy workflow for each held-out task: what it learned, without sampling luck."""
+    import torch
+
+    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+    completions = []
+    model.eval()
+    for start in range(0, len(rows), 16):
+        batch = tokenizer([r["prompt"] for r in rows[start : start + 16]], return_tensors="pt", padding=True,
+                          padding_side="left").to(model.device)  # fmt: skip
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=args.max_completion_length, do_sample=False)
+        completions += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    model.train()
+    outcomes = scorer([completion_text(args, c) for c in completions], tasks, [pools[r["pool_name"]] for r in rows])
+    by_domain: dict[str, list[bool]] = {}
+    for task, outcome in zip(tasks, outcomes, strict=True):
+        by_domain.setdefault(task.get("domain") or "all", []).append(outcome.correct)
+    return {
+        "tasks": len(tasks),
+        "mean_reward": sum(o.reward for o in outcomes) / len(outcomes),
+        "well_formed": sum(o.well_formed for o in outcomes) / len(outcomes),
+        "accuracy": sum(o.correct for o in outcomes) / len(outcomes),
+        "accuracy_by_domain": {d: sum(v) / len(v) for d, v in sorted(by_domain.items())},
+    }
 
 
 def plot_curve(curve: list[float], path: Path) -> None:
@@ -134,6 +203,21 @@ def plot_curve(curve: list[float], path: Path) -> None:
     plt.close(fig)
 
 
+def score_only_completions_on_cpu() -> None:
+    """Make TRL's fused LM head project only the completion tokens on a CPU, as it does on Triton devices.
+
+    Elsewhere TRL scores every position (static shapes for compilers such as Neuron's), which on a CPU pushes each
+    prompt token through Gemma's 262k-token vocabulary: about 70% of a step. Compact scoring gives the same
+    log-probabilities (the padded positions are masked out either way); the kernel itself keeps its torch path.
+    """
+    from trl.trainer import utils as trl_utils
+
+    use_triton = getattr(trl_utils, "_use_triton", None)
+    if use_triton is None:  # a TRL without the fused head: nothing to change
+        return
+    trl_utils._use_triton = lambda device: device.type == "cpu" or use_triton(device)
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
     from datasets import Dataset
     from peft import LoraConfig
@@ -141,18 +225,18 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     configure_logging("error")
+    score_only_completions_on_cpu()
     pool = load_pool(args.pool, [builtin_pool_dir()])
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
-    rows, pools = build_rows(args, pool, tokenizer)
-    state = tempfile.mkdtemp(prefix="conductor-train-")
-    reward = WorkflowReward(Service(Settings.from_env(state_dir=Path(state))), args.max_steps_per_workflow,
-                            cost_weight=args.cost_weight)  # fmt: skip
+    rows, pools = build_rows(args, pool, tokenizer, training_tasks(args), args.steps * args.questions,
+                             args.recursion_steps * args.questions)  # fmt: skip
+    scorer = Scorer(args)
     curve: list[float] = []
 
-    async def workflow_reward(prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str],
-                              **_: Any) -> list[float]:  # fmt: skip
+    def workflow_reward(prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str],
+                        **_: Any) -> list[float]:  # fmt: skip
         """TRL reward function: run each completion's workflow and score its answer."""
-        outcomes = await reward.score_batch(
+        outcomes = scorer(
             [completion_text(args, c) for c in completions],
             [json.loads(t) for t in task],
             [pools[n] for n in pool_name],
@@ -163,7 +247,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     config = GRPOConfig(
         output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
-        temperature=args.temperature, num_generations=args.group_size,
+        temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
         per_device_train_batch_size=args.questions * args.group_size, max_completion_length=args.max_completion_length,
         logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
         vllm_mode="colocate", shuffle_dataset=False, use_cpu=not args.use_vllm and not _has_gpu(),
@@ -174,7 +258,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         processing_class=tokenizer, peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
                                                            target_modules="all-linear", task_type="CAUSAL_LM"),
     )  # fmt: skip
+    held_out = held_out_tasks(args)
+    evaluation = {"before": evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer)} if held_out else {}
     trainer.train()
+    if held_out:
+        evaluation["after"] = evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer)
     adapter = args.out / "adapter"
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
@@ -182,7 +270,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "base_model": args.base_model, "adapter": str(adapter), "pool": pool.name, "pool_digest": pool.digest(),
         "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})", "steps": args.steps,
         "recipe": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
+        "conductor_prompt": pool.conductor.prompt, "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
+        "held_out": evaluation,
     }  # fmt: skip
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
     plot_curve(curve, args.out / "reward_curve.png")
@@ -191,9 +280,24 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         f"# Conductor adapter\n\nBase model `{args.base_model}`, LoRA r={args.lora_r}, trained with GRPO for "
         f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
         f"{sum(first) / len(first):.3f}, last fifth {sum(last) / len(last):.3f} (reward_curve.png).\n\n"
-        f"Serve it: `python tools/serve_conductor.py --model {args.base_model} --lora conductor={adapter}`.\n"
+        f"{held_out_summary(evaluation)}"
+        f"Serve it: `python tools/serve_conductor.py --model {args.base_model} --lora conductor={adapter}`, with "
+        f"`prompt: {pool.conductor.prompt}` under the pool's `conductor:` (the prompt it was trained on).\n"
     )  # fmt: skip
     return card
+
+
+def held_out_summary(evaluation: dict[str, Any]) -> str:
+    """Markdown lines comparing the greedy policy on held-out tasks before and after training."""
+    if not evaluation:
+        return ""
+    lines = [f"Greedy workflows on {evaluation['before']['tasks']} held-out tasks:\n"]
+    for when in ("before", "after"):
+        result = evaluation[when]
+        domains = ", ".join(f"{d} {a:.2f}" for d, a in result["accuracy_by_domain"].items())
+        lines.append(f"- {when} training: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
+                     f"({domains}), well-formed {result['well_formed']:.2f}\n")  # fmt: skip
+    return "".join(lines) + "\n"
 
 
 def _has_gpu() -> bool:
@@ -210,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     fifth = max(1, len(curve) // 5)
     print(f"{len(curve)} steps; mean reward first fifth {sum(curve[:fifth]) / fifth:.3f}, "
           f"last fifth {sum(curve[-fifth:]) / fifth:.3f}; adapter in {card['adapter']}")  # fmt: skip
+    print(held_out_summary(card["held_out"]), end="")
     return 0
 
 
