@@ -15,9 +15,11 @@ temperature 1.0, learning rate 1e-6, no KL term, completions of up to 1024 token
 A CPU run on the embedded model (convert it first with tools/convert_gguf.py):
 
     python tools/train_conductor.py --base-model ~/.cache/conductor-mcp/models/gemma3-270m-hf \\
-        --pool sim-specialists --sim-tasks 64 --steps 48 --questions 4 --group-size 8 --max-completion-length 4 \\
-        --lr 1e-4 --entropy-coef 0.05 --lora-r 8 --lora-alpha 16 --completion worker --seed 1 --eval-tasks 32 \\
-        --out conductor-cpu
+        --pool sim-specialists --sim-tasks 64 --sim-domains math,code --steps 36 --questions 4 --group-size 8 \\
+        --max-completion-length 4 --lr 1e-4 --entropy-coef 0.05 --lora-r 8 --lora-alpha 16 --completion worker \\
+        --seed 1 --eval-tasks 32 --out conductor-cpu
+
+(40 minutes on 2 cores; its card and curve are in tools/results/grpo-cpu-sim-specialists.)
 
 `--completion worker` is a curriculum for models too small to write a whole workflow: the policy writes only
 the worker id of a one-step workflow (the prompt ends in the workflow's JSON up to the id), so what it can
