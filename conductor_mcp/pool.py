@@ -89,7 +89,7 @@ class ConductorSpec(ModelSpec):
     timeout_s: float = Field(180.0, gt=0)
     prompt: Literal["full", "compact"] = Field(
         "full",
-        description="'compact' drops the worked examples and condenses the rules (about a quarter of the tokens), "
+        description="'compact' condenses the rules and keeps one short example (about a third of the tokens), "
         "for small conductors trained on it: tools/train_conductor.py uses the pool's choice",
     )
     max_text_chars: int | None = Field(
