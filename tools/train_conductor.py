@@ -83,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.dataset and not args.sim_tasks:
         parser.error("give --dataset or --sim-tasks")
+    args.sim_domains = args.sim_domains.split(",")
+    unknown = sorted(set(args.sim_domains) - set(SIM_DOMAINS))
+    if unknown:
+        parser.error(f"--sim-domains: unknown {unknown}; the simulator's domains are {list(SIM_DOMAINS)}")
     if args.eval_tasks and not args.sim_tasks:
         parser.error("--eval-tasks draws held-out simulated tasks; with --dataset give --eval-dataset instead")
     return args
@@ -90,17 +94,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def training_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.sim_tasks:
-        return task_set(args.sim_tasks, args.seed, args.sim_domains.split(","))
-    return [t for d in args.dataset for t in datasets.load(d)]
+        return task_set(args.sim_tasks, args.seed, args.sim_domains)
+    return _load_all(args.dataset)
 
 
 def held_out_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Tasks the policy never trains on: simulated ones from another seed, or --eval-dataset."""
     if args.eval_dataset:
-        return [t for d in args.eval_dataset for t in datasets.load(d)]
+        return _load_all(args.eval_dataset)
     if args.sim_tasks and args.eval_tasks:
-        return task_set(args.eval_tasks, args.seed + 1, args.sim_domains.split(","))
+        return task_set(args.eval_tasks, args.seed + 1, args.sim_domains)
     return []
+
+
+def _load_all(paths: list[str]) -> list[dict[str, Any]]:
+    return [task for path in paths for task in datasets.load(path)]
 
 
 def build_rows(
