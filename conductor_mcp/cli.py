@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -13,8 +12,8 @@ from typing import Any
 
 from conductor_mcp import __version__
 from conductor_mcp.config import Settings
+from conductor_mcp.errors import ConductorError
 from conductor_mcp.logs import configure_logging
-from conductor_mcp.pool import PoolError
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -101,47 +100,45 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 
 
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp import server
     from conductor_mcp.service import Service
 
     service = Service(settings)
     if args.http:
-        token = os.environ.get("CONDUCTOR_HTTP_TOKEN") or None
-        await server.serve_http(service, args.host, args.port, token, args.allowed_host)
+        from conductor_mcp.doors.http import serve_http
+        from conductor_mcp.doors.mcp import build_server
+
+        await serve_http(build_server(service), service, args.host, args.port, settings.http_token, args.allowed_host)
     else:
-        await server.serve_stdio(service)
+        from conductor_mcp.doors.mcp import serve_stdio
+
+        await serve_stdio(service)
     return EXIT_OK
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.core.request import RunRequest
+    from conductor_mcp.core.usage import Budget
+    from conductor_mcp.runs.render import to_markdown
     from conductor_mcp.service import Service
-    from conductor_mcp.transcript import Budget, to_markdown
 
     task, context, metadata = _read_task(args)
     service = Service(settings)
-    common: dict[str, Any] = {
-        "pool": args.pool,
-        "max_steps": args.max_steps,
-        "context": context,
-        "metadata": metadata,
-    }
+    request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
     if args.command == "run":
         budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
-        listener = None if args.quiet else _progress
-        result = await service.orchestrate(
-            task, budget=budget, on_event=listener, self_correct=args.self_correct, **common
-        )
+        request = request.but(budget=budget, self_correct=args.self_correct)
+        result = await service.orchestrate(request, on_event=None if args.quiet else _progress)
     else:
-        result = await service.plan(task, **common)
+        result = await service.plan(request)
     print(result.model_dump_json(indent=2) if args.json else to_markdown(result))
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.runs.render import to_markdown
     from conductor_mcp.service import Service
-    from conductor_mcp.transcript import to_markdown
 
-    run = Service(settings).status(args.run_id)
+    run = Service(settings).get_run(args.run_id)
     print(run.model_dump_json(indent=2) if args.json else to_markdown(run))
     return EXIT_OK
 
@@ -177,11 +174,11 @@ def _pools(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _doctor(settings: Settings) -> int:
-    from conductor_mcp.doctor import diagnose
+    from conductor_mcp.pools import diagnose
     from conductor_mcp.service import Service
 
     service = Service(settings)
-    reason = "CONDUCTOR_POOL" if settings.default_pool else "the first pool whose API keys are set, else local"
+    reason = "CONDUCTOR_POOL" if settings.pool else "the first pool whose API keys are set, else local"
     print(f"default pool: {service.default_pool_name()} ({reason})")
     for diagnosis in diagnose(list(settings.pool_dirs)):
         print(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
@@ -190,10 +187,10 @@ def _doctor(settings: Settings) -> int:
     return EXIT_OK
 
 
-def _local(args: argparse.Namespace) -> int:
-    from conductor_mcp.local import servers
+def _local(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.models.local import servers
 
-    registry = servers()
+    registry = servers(settings.state_dir)
     if args.action == "up":
         running = registry.up(args.model)
         print(f"{args.model} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down")
@@ -211,31 +208,34 @@ def _local(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.state_dir:  # one place for every component, local model servers included
-        os.environ["CONDUCTOR_STATE_DIR"] = str(args.state_dir)
-    settings = Settings.from_env(state_dir=args.state_dir)
-    default_level = "info" if args.command == "serve" else "warning"
-    configure_logging(args.log_level or os.environ.get("CONDUCTOR_LOG_LEVEL") or default_level)
-    from conductor_mcp.local import LocalModelError
-    from conductor_mcp.service import RequestError, RunNotFound
-
     try:
-        if args.command in ("run", "plan"):
-            return run_async(_run_or_plan(args, settings))
-        if args.command == "serve":
-            return run_async(_serve(args, settings))
-        if args.command == "show":
-            return _show(args, settings)
-        if args.command == "runs":
-            return _runs(args, settings)
-        if args.command == "doctor":
-            return _doctor(settings)
-        if args.command == "local":
-            return _local(args)
-        return _pools(args, settings)
-    except (RequestError, RunNotFound, PoolError, LocalModelError, ValueError, OSError) as exc:
+        settings = Settings.from_env(state_dir=args.state_dir, log_level=args.log_level)
+    except ConductorError as exc:  # a CONDUCTOR_* variable that does not parse
+        print(f"conductor-mcp: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    default_level = "info" if args.command == "serve" else "warning"
+    configure_logging(settings.log_level if "log_level" in settings.model_fields_set else default_level)
+    try:
+        return _dispatch(args, settings)
+    except (ConductorError, ValueError, OSError) as exc:
         print(f"conductor-mcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("conductor-mcp: interrupted; finished steps are kept in the store", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command in ("run", "plan"):
+        return run_async(_run_or_plan(args, settings))
+    if args.command == "serve":
+        return run_async(_serve(args, settings))
+    if args.command == "show":
+        return _show(args, settings)
+    if args.command == "runs":
+        return _runs(args, settings)
+    if args.command == "doctor":
+        return _doctor(settings)
+    if args.command == "local":
+        return _local(args, settings)
+    return _pools(args, settings)

@@ -1,63 +1,111 @@
-"""Settings from the environment (and CLI flags): where state lives and where pools are found."""
+"""Settings: every `CONDUCTOR_*` variable is read here, once, into a typed, frozen object.
+
+Components receive the settings (or the part they need) as arguments; nothing else reads `os.environ` for a
+setting and nothing writes it to pass one along. The one other reading of the environment is also here:
+the values of the variables a pool names for its API keys (`environment_value`) and the values that look
+like secrets, so logs can mask them (`secret_values`).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import platformdirs
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from conductor_mcp.pool import builtin_pool_dir
+from conductor_mcp.errors import SettingsError
 
-MAX_STEPS_LIMIT = 20
-MAX_TASK_CHARS = 100_000
-MAX_CONTEXT_CHARS = 400_000
-MAX_SEEN_OUTPUT_CHARS = 48_000  # a step's output is cut to this for the steps that see it (recorded)
+PACKAGE_DIR = Path(__file__).parent
+_SECRET_NAME = re.compile(r"(API_KEY|_TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Settings:
-    state_dir: Path
-    pool_dirs: tuple[Path, ...]
-    default_pool: str | None = None  # None: chosen by doctor.default_pool
-    log_level: str = "info"
-    step_timeout_s: float = 600.0
-    server_max_tokens: int | None = None
-    server_max_usd: float | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+def builtin_pool_dir() -> Path:
+    """pool_configs/ ships inside the wheel as conductor_mcp/pool_configs, and sits at the repo root in a checkout."""
+    packaged = PACKAGE_DIR / "pool_configs"
+    return packaged if packaged.is_dir() else PACKAGE_DIR.parent / "pool_configs"
+
+
+class Settings(BaseSettings):
+    """The server's settings. Environment variables are `CONDUCTOR_<FIELD>`; CLI flags override them."""
+
+    model_config = SettingsConfigDict(env_prefix="CONDUCTOR_", frozen=True, extra="ignore")
+
+    state_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_state_dir("conductor-mcp")),
+        description="where runs, leases and local model servers' state live",
+    )
+    pool_path: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(), description="extra pool directories, os.pathsep-separated; searched before the built-in pools"
+    )
+    pool: str | None = Field(default=None, description="the default pool; unset: the first pool whose keys are all set")
+    log_level: str = Field(default="info", description="log level on stderr")
+    step_timeout_s: float = Field(default=600.0, gt=0, description="deadline of one step, retries included")
+    server_max_tokens: int | None = Field(default=None, gt=0, description="tokens this process may spend on all runs")
+    server_max_usd: float | None = Field(default=None, gt=0, description="USD this process may spend on all runs")
+    http_token: str | None = Field(default=None, description="bearer token the HTTP server requires", repr=False)
+    retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
+    sim_time_scale: float | None = Field(default=None, ge=0, description="overrides every sim pool's time_scale")
+    sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
+
+    @field_validator("pool_path", mode="before")
+    @classmethod
+    def _split_path(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(Path(p).expanduser() for p in value.split(os.pathsep) if p)
+        return value
+
+    @field_validator("state_dir", mode="after")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("pool", "http_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return value or None
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Settings:
-        """CONDUCTOR_STATE_DIR, CONDUCTOR_POOL_PATH (os.pathsep-separated), CONDUCTOR_POOL, CONDUCTOR_LOG_LEVEL."""
-        env = os.environ
-        state_dir = Path(env.get("CONDUCTOR_STATE_DIR") or platformdirs.user_state_dir("conductor-mcp"))
-        user_dirs = [Path(p).expanduser() for p in env.get("CONDUCTOR_POOL_PATH", "").split(os.pathsep) if p]
-        settings = cls(
-            state_dir=state_dir.expanduser(),
-            pool_dirs=(*user_dirs, builtin_pool_dir()),
-            default_pool=env.get("CONDUCTOR_POOL") or None,
-            log_level=env.get("CONDUCTOR_LOG_LEVEL", "info").lower(),
-            server_max_tokens=_number(env, "CONDUCTOR_SERVER_MAX_TOKENS", int),
-            server_max_usd=_number(env, "CONDUCTOR_SERVER_MAX_USD", float),
-        )
-        return replace(settings, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+    def from_env(cls, **overrides: Any) -> Settings:
+        """The environment's settings with the non-None overrides (CLI flags) applied.
+
+        A value that does not parse raises SettingsError naming the variable.
+        """
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            problems = [
+                f"CONDUCTOR_{str(e['loc'][0]).upper()}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()
+            ]
+            raise SettingsError("; ".join(problems)) from None
+
+    @property
+    def pool_dirs(self) -> tuple[Path, ...]:
+        """The pool search path: the user's directories first (they may shadow a built-in pool)."""
+        return (*self.pool_path, builtin_pool_dir())
 
     @property
     def db_path(self) -> Path:
         return self.state_dir / "runs.sqlite3"
 
+    def with_pool_dirs_first(self, *directories: Path) -> Settings:
+        """These settings with more pool directories searched first (tests, embedding applications)."""
+        return self.model_copy(update={"pool_path": (*directories, *self.pool_path)})
 
-def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
-    value = env.get(name)
-    if not value:
-        return None
-    try:
-        number = kind(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a {kind.__name__}, got {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return number
+
+def environment_value(name: str) -> str | None:
+    """The value of an environment variable a pool names (an API key), read when it is needed."""
+    return os.environ.get(name) or None
+
+
+def child_environment(**extra: str) -> dict[str, str]:
+    """The environment for a child process we start (a model server): ours, plus `extra`."""
+    return {**os.environ, **extra}
+
+
+def secret_values() -> set[str]:
+    """Values of environment variables whose names say they hold a secret, for log redaction."""
+    return {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8}

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, Processor
 
-_KEY_NAME = re.compile(r"(API_KEY|_TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+from conductor_mcp.config import secret_values as environment_secrets
+
 _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+[A-Za-z0-9._\-]{8,})")
 REDACTED = "[redacted]"
 
@@ -27,8 +28,7 @@ def register_secret(value: str) -> None:
 
 def secret_values() -> list[str]:
     """Registered keys and values of environment variables whose names say they hold a secret."""
-    from_env = {v for k, v in os.environ.items() if _KEY_NAME.search(k) and len(v) >= 8}
-    return sorted(from_env | _registered, key=len, reverse=True)
+    return sorted(environment_secrets() | _registered, key=len, reverse=True)
 
 
 def redact_values(text: str) -> str:
@@ -44,7 +44,7 @@ def redact(text: str) -> str:
     return _KEY_SHAPES.sub(REDACTED, redact_values(text))
 
 
-def _redact_event(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact_event(_: Any, __: str, event: EventDict) -> EventDict:
     return {k: redact(v) if isinstance(v, str) else v for k, v in event.items()}
 
 
@@ -79,15 +79,16 @@ def configure_logging(level: str = "info") -> None:
 
 
 def _configure_structlog(level: str) -> None:
+    processors: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        _redact_event,
+        structlog.processors.JSONRenderer(),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            _redact_event,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_level(level)),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
@@ -99,4 +100,4 @@ def get_logger(name: str) -> Any:
 
 
 if not structlog.is_configured():  # structlog's own default prints to stdout, which would corrupt the MCP wire
-    _configure_structlog(os.environ.get("CONDUCTOR_LOG_LEVEL", "info"))
+    _configure_structlog("info")

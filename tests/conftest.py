@@ -1,7 +1,13 @@
-"""Shared fixtures: an isolated state directory, instant simulated workers, and small pool files."""
+"""Shared fixtures and helpers: an isolated state directory, instant simulated workers, small pool files, scripted
+conductors, a real unreliable OpenAI-compatible server, and one-line requests."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +15,11 @@ import pytest
 import yaml
 
 from conductor_mcp.config import Settings
+from conductor_mcp.core.events import ProgressCallback
+from conductor_mcp.core.records import Run
+from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.workflow import Workflow
+from conductor_mcp.models.local import free_port
 from conductor_mcp.service import Service
 
 
@@ -73,9 +84,64 @@ def write_pool(directory: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
+def scripted_pool(pool_dir: Path, name: str, steps: list[tuple[str, str, Any]], **overrides: Any) -> str:
+    """A pool whose conductor always answers with this workflow (litellm's mock_response, same call path)."""
+    workflow = {"reasoning": "scripted", "steps": [{"worker": w, "instruction": i, "access": a} for w, i, a in steps]}
+    doc = sim_pool_doc(name=name, **overrides)
+    doc["conductor"] = {
+        "model": "openai/scripted-conductor",
+        "params": {"mock_response": json.dumps(workflow)},
+        "structured_output": "none",
+        "price": {"input_per_mtok": 0.1, "output_per_mtok": 0.1},
+    }
+    write_pool(pool_dir, doc)
+    return name
+
+
+@pytest.fixture(scope="module")
+def faulty_base() -> str:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("faulty_server.py")), str(port)])
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/v1/models", timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "faulty server did not start"
+            time.sleep(0.1)
+    yield base
+    proc.kill()  # not terminate: uvicorn would wait for the "slow" requests still sleeping
+    proc.wait(timeout=10)
+
+
+def worker(base: str, behaviour: str, **fields: Any) -> dict[str, Any]:
+    return {"id": behaviour, "model": f"hosted_vllm/{behaviour}", "api_base": f"{base}/v1",
+            "description": f"behaves: {behaviour}", **fields}  # fmt: skip
+
+
 @pytest.fixture
 def service(tmp_path: Path, pool_dir: Path) -> Service:
     write_pool(pool_dir, sim_pool_doc())
-    settings = Settings.from_env(state_dir=tmp_path / "state")
-    settings = Settings(state_dir=settings.state_dir, pool_dirs=(pool_dir, *settings.pool_dirs))
-    return Service(settings)
+    return Service(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir))
+
+
+# ------------------------------------------------------------------------------ requests in one line
+
+
+def ask(task: str, **fields: Any) -> RunRequest:
+    """A RunRequest from keyword fields, validated as every door validates it."""
+    return RunRequest.of(task=task, **fields)
+
+
+async def orchestrate(service: Service, task: str, on_event: ProgressCallback | None = None, **fields: Any) -> Run:
+    return await service.orchestrate(ask(task, **fields), on_event)
+
+
+async def plan(service: Service, task: str, on_event: ProgressCallback | None = None, **fields: Any) -> Run:
+    return await service.plan(ask(task, **fields), on_event)
+
+
+def start(service: Service, task: str, workflow: Workflow | None = None, **fields: Any) -> Run:
+    return service.start(ask(task, **fields), workflow)

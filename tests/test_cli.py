@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow]
+
 
 def cli(*args: str, env_extra: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_extra or {})}
@@ -79,6 +81,12 @@ def test_bad_input_exits_2_with_a_named_error(tmp_path: Path, args: list[str], m
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_a_setting_that_does_not_parse_names_the_variable(tmp_path: Path) -> None:
+    result = cli("--state-dir", str(tmp_path), "runs", env_extra={"CONDUCTOR_SERVER_MAX_TOKENS": "lots"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "CONDUCTOR_SERVER_MAX_TOKENS" in result.stderr and "'lots'" in result.stderr
 
 
 def test_failed_run_exits_1(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 1. Per-step overhead: the same simulated calls (instant workers, identical messages) made
    a) directly through litellm.acompletion,
-   b) through providers.complete (our retry/fallback/cost layer),
+   b) through Providers.complete (our retry/fallback/cost layer),
    c) as steps of a workflow run by the executor (scheduling, message building, SQLite writes, events).
    Targets: (c) under 5 ms per step in all; (c) - (a), the engine's own share, under 1 ms.
 2. Parallelism: a 4-way fan-out plus an aggregator on simulated workers with fixed latencies, against its
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -24,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ["CONDUCTOR_SIM_TIME_SCALE"] = "1"
-
 import litellm
 
-from conductor_mcp import providers
-from conductor_mcp.executor import Executor
-from conductor_mcp.pool import parse_pool
-from conductor_mcp.store import Store
-from conductor_mcp.transcript import Run
-from conductor_mcp.workflow import Step, Workflow
+from conductor_mcp.config import Settings
+from conductor_mcp.core.pool import parse_pool
+from conductor_mcp.core.records import Run
+from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.engine.executor import Executor
+from conductor_mcp.models import providers
+from conductor_mcp.models.sim import SimCall
+from conductor_mcp.runs.store import Store
 
 FAN_LATENCIES = [0.20, 0.30, 0.40, 0.50]
 AGGREGATOR_LATENCY = 0.20
@@ -75,8 +74,8 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
     )
 
 
-async def per_step(pool: Any, store: Store, steps: int) -> tuple[float, float, float]:
-    """ms per call: direct litellm, providers.complete, executor step; all on identical messages."""
+async def per_step(pool: Any, store: Store, models: providers.Providers, steps: int) -> tuple[float, float, float]:
+    """ms per call: direct litellm, Providers.complete, executor step; all on identical messages."""
     chain = Workflow(
         steps=[
             Step(worker="instant", instruction=f"Refine step {i}.", access=[i - 1] if i else []) for i in range(steps)
@@ -84,57 +83,59 @@ async def per_step(pool: Any, store: Store, steps: int) -> tuple[float, float, f
     )
     run = new_run(pool, chain)
     started = time.perf_counter()
-    await Executor(pool, store).execute(run)
+    await Executor(pool, store, models).execute(run)
     executor_ms = (time.perf_counter() - started) * 1000 / steps
     assert run.status == "done" and all(s.status == "done" for s in run.steps), run.stop_reason or run.error
-    spec = pool.by_id("instant")
-    all_messages = [store.step_messages(run.id, str(i)) for i in range(steps)]
-    request = providers._request(spec, [], None)
+    spec = pool.get("instant")
+    all_messages = [store.step_messages(run.id, str(i)) or [] for i in range(steps)]
+    sim_call = SimCall(task=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
+    request = providers._request(spec, [], sim_call)
     request.pop("messages")
     started = time.perf_counter()
     for messages in all_messages:
-        await litellm.acompletion(messages=messages, metadata=dict(run.metadata), **request)
+        await litellm.acompletion(messages=messages, **request)
     direct_ms = (time.perf_counter() - started) * 1000 / steps
     started = time.perf_counter()
     for messages in all_messages:
-        await providers.complete(spec, messages, label="instant", metadata=run.metadata)
+        await models.complete(spec, messages, label="instant", metadata=run.metadata, simulation=pool.simulation)
     provider_ms = (time.perf_counter() - started) * 1000 / steps
     return direct_ms, provider_ms, executor_ms
 
 
-async def fan_out(pool: Any, store: Store) -> tuple[float, float, float]:
+async def fan_out(pool: Any, store: Store, models: providers.Providers) -> tuple[float, float, float]:
     """Wall time of the fan-out workflow, its critical path and its sequential time (from step latencies)."""
     steps = [Step(worker=f"branch{i}", instruction=f"Solve attempt {i}.", access=[]) for i in range(4)]
     steps.append(Step(worker="agg", instruction="Aggregate.", access=[0, 1, 2, 3]))
     run = new_run(pool, Workflow(steps=steps))
     started = time.perf_counter()
-    await Executor(pool, store).execute(run)
+    await Executor(pool, store, models).execute(run)
     wall = time.perf_counter() - started
     latencies = [s.latency_s for s in run.steps]
     return wall, max(latencies[:4]) + latencies[4], sum(latencies)
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     pool = bench_pool()
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.sqlite3")
-        await per_step(pool, store, 20)  # warm-up: imports, litellm caches, SQLite pages
-        rows = [await per_step(pool, store, args.steps) for _ in range(args.reps)]
+        models = providers.Providers(Settings.from_env(state_dir=Path(tmp), sim_time_scale=1.0))
+        await per_step(pool, store, models, 20)  # warm-up: imports, litellm caches, SQLite pages
+        rows = [await per_step(pool, store, models, args.steps) for _ in range(args.reps)]
         direct, provider, executor = (statistics.median(col) for col in zip(*rows, strict=True))
         own = executor - direct
         print(f"per-step overhead, instant simulated workers ({args.steps} chained steps, median of {args.reps} runs)")
         print(f"  litellm.acompletion direct    {direct:7.3f} ms/call")
-        print(f"  providers.complete            {provider:7.3f} ms/call   ({provider / direct:.2f}x direct)")
+        print(f"  Providers.complete            {provider:7.3f} ms/call   ({provider / direct:.2f}x direct)")
         print(
             f"  executor step (all included)  {executor:7.3f} ms/step   ({executor / direct:.2f}x direct)"
             f"   target < 5 ms: {'PASS' if executor < 5 else 'FAIL'}"
         )
         print(f"  engine's own share            {own:7.3f} ms/step   target < 1 ms: {'PASS' if own < 1 else 'FAIL'}")
-        fans = [await fan_out(pool, store) for _ in range(args.reps)]
+        fans = [await fan_out(pool, store, models) for _ in range(args.reps)]
         wall, critical, sequential = (statistics.median(col) for col in zip(*fans, strict=True))
         print(f"\n4-way fan-out + aggregator (branch latencies {FAN_LATENCIES} s, aggregator {AGGREGATOR_LATENCY} s)")
         print(f"  wall time        {wall:6.3f} s")

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 from mcp.client import Client
+from mcp.types import TextContent
 
-from conductor_mcp.local import free_port
+from conductor_mcp.models.local import free_port
 
 TASK = "Prove that the product of two odd numbers is odd, step by step."
 
@@ -46,12 +47,13 @@ async def one(url: str, index: int) -> tuple[float, str | None]:
     except Exception as exc:
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
     if result.is_error or result.structured_content["status"] != "done":
-        return time.perf_counter() - started, result.content[0].text[:200]
+        first = result.content[0] if result.content else None
+        return time.perf_counter() - started, (first.text if isinstance(first, TextContent) else str(first))[:200]
     return time.perf_counter() - started, None
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--time-scale", type=float, default=0.2)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -19,14 +18,13 @@ from typing import Any
 
 import yaml
 
-os.environ["CONDUCTOR_SIM_TIME_SCALE"] = "0"
-
-from conductor_mcp.config import Settings
-from conductor_mcp.evaluation import wilson_interval
+from conductor_mcp.config import Settings, builtin_pool_dir
+from conductor_mcp.core.request import RunRequest
+from conductor_mcp.learning.sim_tasks import task_set
+from conductor_mcp.learning.strategies import wilson_interval
 from conductor_mcp.logs import configure_logging
-from conductor_mcp.pool import builtin_pool_dir
+from conductor_mcp.models.sim import final_answer
 from conductor_mcp.service import Service
-from conductor_mcp.sim import final_answer, task_set
 
 
 async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], concurrency: int) -> dict[str, float]:
@@ -34,7 +32,7 @@ async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], conc
 
     async def one(task: dict[str, Any]) -> tuple[bool, int, int, int]:
         async with limit:
-            run = await service.orchestrate(task["question"], pool=pool, metadata=task)
+            run = await service.orchestrate(RunRequest.of(task=task["question"], pool=pool, metadata=task))
         correct = final_answer(run.answer) == task["answer"]
         return correct, run.totals.total_tokens, run.totals.calls, sum(1 for s in run.steps if s.depth > 0)
 
@@ -50,7 +48,7 @@ async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], conc
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -64,7 +62,7 @@ async def main() -> int:
         (pools / "sim-recursive.yaml").write_text(
             yaml.safe_dump({**doc, "name": "sim-recursive", "recursion": True, "self_correct": True})
         )
-        service = Service(Settings(state_dir=Path(tmp) / "state", pool_dirs=(pools, builtin_pool_dir())))
+        service = Service(Settings.from_env(state_dir=Path(tmp) / "state", pool_path=(pools,), sim_time_scale=0.0))
         plain = await run_all(service, "sim", tasks, args.concurrency)
         recursive = await run_all(service, "sim-recursive", tasks, args.concurrency)
     print(f"{args.tasks} simulated tasks (seed {args.seed}), sim pool, one run each")

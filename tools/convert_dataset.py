@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conductor_mcp import datasets
+from conductor_mcp.learning import datasets
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("format", choices=sorted(datasets.CONVERTERS))
     parser.add_argument("source")
     parser.add_argument("target")

@@ -1,0 +1,225 @@
+"""Pools: the workers a Conductor may call, and the Conductor itself, loaded from YAML files.
+
+Every model is reached through litellm, so a worker is a litellm model string plus what the call needs
+(api base, the *name* of the env var holding its key, generation params, prices, fallbacks). The pool file
+is validated as a whole, and errors name the file, the worker and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from conductor_mcp.config import environment_value
+from conductor_mcp.core.simulation import SimulationConfig
+from conductor_mcp.errors import PoolError
+
+WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+CONDUCTOR_ID = "conductor"  # reserved: the conductor named as a worker (recursion)
+
+
+class Pricing(BaseModel):
+    """USD per million tokens, as providers publish them."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class ModelSpec(BaseModel):
+    """How to reach one model through litellm."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, description="litellm model string, e.g. 'openai/gpt-5' or 'sim/solver'")
+    api_base: str | None = None
+    api_key_env: str | None = Field(default=None, description="name of the environment variable holding the key")
+    api_key_file: str | None = Field(default=None, description="path of a file holding the key (read at call time)")
+    max_concurrency: int | None = Field(default=None, ge=1, description="concurrent calls to this model's endpoint")
+    params: dict[str, Any] = Field(default_factory=dict, description="generation params passed to litellm")
+    price: Pricing | None = Field(default=None, description="overrides litellm's price map (needed for hosted_vllm/)")
+    prompt_style: Literal["chat", "completion"] = Field(
+        default="chat", description="'completion' flattens the messages into one prompt, for base models"
+    )
+    timeout_s: float = Field(default=120.0, gt=0, description="deadline of one attempt")
+    max_retries: int = Field(
+        default=2, ge=0, le=10, description="retries on rate limits, timeouts, 5xx, connection errors"
+    )
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ModelSpec:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
+
+    @field_validator("params")
+    @classmethod
+    def _no_reserved_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        reserved = {"model", "messages", "api_key", "api_base", "metadata", "stream"} & set(value)
+        if reserved:
+            raise ValueError(f"params may not set {sorted(reserved)}: use the worker's own fields")
+        return value
+
+
+class WorkerSpec(ModelSpec):
+    id: str = Field(description="stable id used in pool files, transcripts and (when not anonymised) prompts")
+    description: str = Field(min_length=1, description="strengths, shown to the conductor")
+    fallbacks: list[str] = Field(default_factory=list, description="ids of workers to try when this one fails")
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, value: str) -> str:
+        if not WORKER_ID.match(value):
+            raise ValueError("must start with a letter or digit and use only letters, digits, '_', '.', '-'")
+        if value == CONDUCTOR_ID:
+            raise ValueError(f"'{CONDUCTOR_ID}' is reserved for the conductor itself (set recursion: true)")
+        return value
+
+
+class ConductorSpec(ModelSpec):
+    structured_output: Literal["json_schema", "json_object", "none"] = Field(
+        default="json_schema",
+        description="how the backend takes a JSON schema: vLLM/OpenAI 'json_schema', llama.cpp 'json_object'",
+    )
+    timeout_s: float = Field(default=180.0, gt=0)
+    prompt: Literal["full", "compact"] = Field(
+        default="full",
+        description="'compact' condenses the rules and keeps one short example (about a third of the tokens), "
+        "for small conductors trained on it: tools/train_conductor.py uses the pool's choice",
+    )
+    max_text_chars: int | None = Field(
+        default=None, ge=20, description="caps reasoning and instructions in the schema, so small models cannot ramble"
+    )
+
+
+class Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    conductor: ConductorSpec
+    workers: list[WorkerSpec] = Field(min_length=1)
+    default_worker: str | None = Field(default=None, description="the worker a fallback one-step workflow uses")
+    max_steps: int = Field(default=5, ge=1, le=20)
+    anonymize: bool = Field(default=True, description="show workers to the conductor as model_0..k, as the paper does")
+    recursion: bool = Field(default=False, description="offer the conductor itself as a worker (recursive correction)")
+    self_correct: bool = Field(default=False, description="always give the conductor one recursive look at the end")
+    max_depth: int = Field(default=2, ge=0, le=5, description="deepest nesting of corrective workflows")
+    simulation: SimulationConfig | None = Field(
+        default=None, description="profiles of sim/ models (see core/simulation.py)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Pool:
+        ids = [w.id for w in self.workers]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate worker ids: {duplicates}")
+        if self.default_worker is None:
+            self.default_worker = ids[0]
+        elif self.default_worker not in ids:
+            raise ValueError(f"default_worker {self.default_worker!r} is not a worker id; known: {ids}")
+        for worker in self.workers:
+            for fallback in worker.fallbacks:
+                if fallback not in ids or fallback == worker.id:
+                    raise ValueError(f"worker {worker.id!r}: fallback {fallback!r} must be another worker id")
+        return self
+
+    # -- what the conductor sees ------------------------------------------------------------------
+    def visible_ids(self) -> list[str]:
+        """The ids the conductor sees, in pool order."""
+        if self.anonymize:
+            return [f"model_{i}" for i in range(len(self.workers))]
+        return [w.id for w in self.workers]
+
+    def offered_ids(self) -> list[str]:
+        """The worker ids the conductor may write: the visible ids, and itself when recursion is on."""
+        return [*self.visible_ids(), CONDUCTOR_ID] if self.recursion else self.visible_ids()
+
+    def resolve(self, visible_id: str) -> WorkerSpec:
+        """The worker behind an id the conductor used (`model_0` when anonymised, else the pool's id)."""
+        try:
+            return self.workers[self.visible_ids().index(visible_id)]
+        except ValueError:
+            raise PoolError(f"pool {self.name!r} has no worker {visible_id!r}") from None
+
+    def get(self, worker_id: str) -> WorkerSpec:
+        """The worker with this pool id (the id in pool files and transcripts)."""
+        for worker in self.workers:
+            if worker.id == worker_id:
+                return worker
+        raise PoolError(f"pool {self.name!r} has no worker {worker_id!r}")
+
+    def visible_id_of(self, worker_id: str) -> str:
+        """The id the conductor sees for the worker with this pool id."""
+        return self.visible_ids()[[w.id for w in self.workers].index(worker_id)]
+
+    def default_visible_id(self) -> str:
+        """The id the conductor sees for the default worker (fallback workflows, baselines)."""
+        return self.visible_id_of(self.default_worker or self.workers[0].id)
+
+    def fallbacks_of(self, worker: WorkerSpec) -> list[WorkerSpec]:
+        return [self.get(fallback) for fallback in worker.fallbacks]
+
+    def specs(self) -> list[ModelSpec]:
+        """Every model the pool calls: the conductor, then the workers."""
+        return [self.conductor, *self.workers]
+
+    def missing_keys(self) -> list[str]:
+        """Environment variables the pool's models need that are not set (names only, never values)."""
+        names = {spec.api_key_env for spec in self.specs() if spec.api_key_env}
+        return sorted(name for name in names if environment_value(name) is None)
+
+    def needs_keys(self) -> bool:
+        return any(spec.api_key_env for spec in self.specs())
+
+    def digest(self) -> str:
+        """Identifies the pool's content, so a stored run says exactly which pool it ran on."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def sample(self, k: int, seed: int) -> Pool:
+        """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""
+        if not 1 <= k <= len(self.workers):
+            raise PoolError(f"sub-pool size must be between 1 and {len(self.workers)}, got {k}")
+        chosen = sorted(random.Random(seed).sample(range(len(self.workers)), k))
+        workers = [self.workers[i] for i in chosen]
+        kept = {w.id for w in workers}
+        workers = [w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]}) for w in workers]
+        default = self.default_worker if self.default_worker in kept else workers[0].id
+        return self.model_copy(
+            update={"name": f"{self.name}[k={k},seed={seed}]", "workers": workers, "default_worker": default}
+        )
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def parse_pool(raw: Any, source: str, default_name: str) -> Pool:
+    """Validate a pool document; every error names the source, the worker and the field."""
+    if not isinstance(raw, dict):
+        raise PoolError(f"{source}: a pool file must be a mapping with 'conductor' and 'workers'")
+    raw = {"name": default_name, **raw}
+    try:
+        pool = Pool.model_validate(raw)
+    except ValidationError as exc:
+        raise PoolError(f"{source}: " + "; ".join(_describe(err, raw) for err in exc.errors())) from None
+    return pool
+
+
+def _describe(err: Any, raw: dict[str, Any]) -> str:
+    loc = list(err["loc"])
+    msg = err["msg"]
+    if len(loc) >= 2 and loc[0] == "workers" and isinstance(loc[1], int):
+        workers = raw.get("workers") or []
+        entry = workers[loc[1]] if loc[1] < len(workers) else None
+        who = entry.get("id") if isinstance(entry, dict) and entry.get("id") else f"#{loc[1]}"
+        field = ".".join(str(p) for p in loc[2:]) or "(entry)"
+        return f"worker {who!r} field {field!r}: {msg}"
+    field = ".".join(str(p) for p in loc) or "(pool)"
+    if loc and loc[0] == "simulation":
+        return f"{field}: {msg}"
+    return f"field {field!r}: {msg}"

@@ -1,0 +1,169 @@
+"""Provenance records: what every step and every conductor call did.
+
+A Run is the unit that is stored, shown and continued. Each StepRecord says which model answered what
+instruction having seen which steps, at what cost; the exact messages are kept in the store, and the record
+carries their digest so a transcript can be checked against them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, Field
+
+from conductor_mcp.core.pool import CONDUCTOR_ID
+from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.usage import Budget, CallUsage, Totals
+from conductor_mcp.core.workflow import Repair, Workflow
+
+RunStatus = Literal["planned", "running", "done", "failed", "interrupted", "cancelled"]
+StepStatus = Literal["pending", "running", "done", "failed", "cancelled", "skipped"]
+
+
+def messages_digest(messages: list[dict[str, Any]]) -> str:
+    """Identifies the exact messages a model received (the messages themselves are kept in the store)."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+class Attempt(BaseModel):
+    """One provider call made for a step or a conductor call (retries and fallbacks each add one)."""
+
+    model: str
+    worker: str | None = None
+    ok: bool
+    error: str | None = None
+    latency_s: float = 0.0
+
+
+class ConductorCall(CallUsage):
+    """One call to the conductor model, with its raw output kept verbatim."""
+
+    model: str
+    raw_output: str | None = None
+    error: str | None = None
+    repairs: list[Repair] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+
+
+class StepRecord(CallUsage):
+    key: str = Field(description="unique within the run: the step index, nested as 'parent.index' for recursion")
+    index: int
+    depth: int = 0
+    parent: str | None = None
+    worker_id: str = Field(
+        description="the pool's id of the worker ('conductor' for the conductor itself)",
+        validation_alias=AliasChoices("worker_id", "worker"),  # runs stored before the rename say "worker"
+    )
+    visible_id: str = Field(description="the id the conductor used for this worker")
+    model: str = Field(description="the litellm model configured for the worker")
+    answered_by: str | None = Field(default=None, description="the model that actually answered, after fallbacks")
+    instruction: str
+    access: list[int] = Field(default_factory=list)
+    messages_digest: str | None = None
+    status: StepStatus = "pending"
+    output: str | None = None
+    finish_reason: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    error: str | None = None
+    conductor_call: ConductorCall | None = Field(default=None, description="for a conductor step: its call, raw output")
+    workflow: Workflow | None = Field(
+        default=None, description="for a conductor step: the corrective workflow it wrote"
+    )
+    inherited_from: str | None = Field(
+        default=None, description="run this finished step was taken from (continuations)"
+    )
+    truncated_inputs: list[int] = Field(
+        default_factory=list, description="seen steps whose output was cut to the size limit for this step"
+    )
+
+    def label(self) -> str:
+        """The id the conductor used, with the pool's worker id when the pool is anonymised."""
+        return self.visible_id if self.visible_id == self.worker_id else f"{self.visible_id} ({self.worker_id})"
+
+
+class Run(BaseModel):
+    id: str
+    task: str
+    context: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    pool: str
+    pool_digest: str
+    conductor_model: str
+    max_steps: int
+    budget: Budget = Field(default_factory=Budget)
+    self_correct: bool = False
+    max_depth: int = 2
+    max_calls: int = Field(default=10, description="most step and recursive conductor calls in the whole run")
+    stop_reason: str | None = Field(
+        default=None, description="why the run stopped early with its best answer, if it did"
+    )
+    status: RunStatus = "planned"
+    parent_id: str | None = None
+    owner: str | None = Field(default=None, description="lease token of the process executing the run")
+    created_at: str = Field(default_factory=now)
+    updated_at: str = Field(default_factory=now)
+    started_at: str | None = None
+    ended_at: str | None = None
+    conductor_calls: list[ConductorCall] = Field(default_factory=list)
+    workflow: Workflow | None = None
+    repairs: list[Repair] = Field(default_factory=list)
+    fallback_reason: str | None = Field(
+        default=None, description="why the conductor's workflow was replaced, if it was"
+    )
+    steps: list[StepRecord] = Field(default_factory=list)
+    answer: str | None = None
+    error: str | None = None
+    totals: Totals = Field(default_factory=Totals)
+
+    def request(self) -> RunRequest:
+        """The request this run carries out (a follow-up copies it with changes)."""
+        return RunRequest(
+            task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
+            budget=self.budget, self_correct=self.self_correct,
+        )  # fmt: skip
+
+    def inherited_origin(self, step: StepRecord) -> str:
+        """The run that paid for a step: its own origin if it was taken over from further back, else this run."""
+        return step.inherited_from or self.id
+
+    def own_usages(self) -> list[CallUsage]:
+        """Every call this run made (steps taken over from a parent run were paid for there)."""
+        return [*self.conductor_calls, *(s for s in self.steps if s.inherited_from is None)]
+
+    def spent(self) -> tuple[int, float]:
+        """Tokens and USD spent so far by the conductor and every step, for budget checks."""
+        usages = self.own_usages()
+        return sum(u.prompt_tokens + u.completion_tokens for u in usages), sum(u.cost_usd for u in usages)
+
+    def recompute_totals(self) -> None:
+        own_steps = [s for s in self.steps if s.inherited_from is None]
+        conductor_usages: list[CallUsage] = [
+            *self.conductor_calls,
+            *(s for s in own_steps if s.worker_id == CONDUCTOR_ID),
+        ]
+        tokens, cost = self.spent()
+        wall = 0.0
+        if self.started_at and self.ended_at:
+            wall = (
+                dt.datetime.fromisoformat(self.ended_at) - dt.datetime.fromisoformat(self.started_at)
+            ).total_seconds()
+        self.totals = Totals(
+            steps=sum(1 for s in own_steps if s.status == "done"),
+            calls=sum(len(s.attempts) for s in own_steps) + sum(max(1, len(c.attempts)) for c in self.conductor_calls),
+            prompt_tokens=sum(u.prompt_tokens for u in self.own_usages()),
+            completion_tokens=sum(u.completion_tokens for u in self.own_usages()),
+            total_tokens=tokens,
+            cost_usd=round(cost, 8),
+            conductor_tokens=sum(u.prompt_tokens + u.completion_tokens for u in conductor_usages),
+            conductor_cost_usd=round(sum(u.cost_usd for u in conductor_usages), 8),
+            wall_s=round(wall, 3),
+        )

@@ -1,0 +1,101 @@
+"""What a caller asks for: one frozen request that declares every limit once.
+
+Doors build a `RunRequest` from their own arguments (MCP tool arguments, CLI flags, an OpenAI request); the
+MCP tools reuse the annotated types below for their argument schemas, so a limit is written in one place.
+Bad values raise RequestError naming the field and the limit.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from conductor_mcp.core.usage import Budget
+from conductor_mcp.errors import RequestError
+
+MAX_STEPS_LIMIT = 20
+MAX_TASK_CHARS = 100_000
+MAX_CONTEXT_CHARS = 400_000
+
+TaskText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        description="The task, stated completely: workers see only this, `context`, and the steps they are shown.",
+    ),
+]
+ContextText = Annotated[
+    str | None,
+    Field(
+        max_length=MAX_CONTEXT_CHARS,
+        description="Code, files, logs or facts the workers need, as text. Every worker sees it.",
+    ),
+]
+StepLimit = Annotated[
+    int | None,
+    Field(ge=1, le=MAX_STEPS_LIMIT, description="Most steps the conductor may use. Default: the pool's limit."),
+]
+FeedbackText = Annotated[
+    str | None,
+    Field(
+        max_length=MAX_TASK_CHARS,
+        description="What was wrong or missing; starts a follow-up run in which the conductor sees the earlier "
+        "steps and this feedback (workers see the feedback too).",
+    ),
+]
+POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]*$"  # names on the pool search path only: never a file path
+PoolName = Annotated[
+    str | None,
+    Field(
+        pattern=POOL_NAME,
+        max_length=100,
+        description="Pool of workers to use (see the `pools` tool). Default: the server's default.",
+    ),
+]
+
+
+class RunRequest(BaseModel):
+    """A run as the caller asked for it. `pool` may also be a YAML path where the door allows one (the CLI)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: TaskText
+    pool: str | None = None
+    max_steps: StepLimit = None
+    context: ContextText = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="task metadata (the simulator's reference)")
+    budget: Budget = Field(default_factory=Budget)
+    self_correct: bool | None = Field(default=None, description="None: the pool's setting")
+
+    @field_validator("task")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a non-empty string")
+        return value
+
+    @classmethod
+    def of(cls, **fields: Any) -> RunRequest:
+        """Build and validate keyword arguments; a bad one raises RequestError naming the field and the limit."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise RequestError("; ".join(_describe(error) for error in exc.errors())) from None
+
+    def but(self, **changes: Any) -> RunRequest:
+        """A copy with some fields changed (follow-up runs), validated like a new request."""
+        return RunRequest.of(**{**self.model_dump(), **changes})
+
+
+def _describe(error: Any) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "request"
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    if kind == "string_too_short" or (kind == "value_error" and field == "task"):
+        return f"{field}: must be a non-empty string"
+    if kind == "string_too_long":
+        return f"{field}: {len(value)} characters exceeds the limit of {ctx['max_length']}"
+    if field == "max_steps" and kind in ("greater_than_equal", "less_than_equal"):
+        return f"{field}: must be between 1 and {MAX_STEPS_LIMIT}, got {value}"
+    return f"{field}: {error['msg']}"

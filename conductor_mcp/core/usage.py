@@ -1,0 +1,62 @@
+"""What calls cost and what a run or a server may spend: usage counts, totals and budgets (one check each)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CallUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+
+
+class Totals(BaseModel):
+    steps: int = 0
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    conductor_tokens: int = 0
+    conductor_cost_usd: float = 0.0
+    wall_s: float = 0.0
+
+
+class Budget(BaseModel):
+    """Caps on spending; `None` means no cap. The one check of a next call against them is `exceeded_by`."""
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_usd: float | None = Field(default=None, gt=0)
+
+    def exceeded_by(self, spent: tuple[int, float], next_call: tuple[int, float], scope: str = "") -> str | None:
+        """Why a next call of ~`next_call` (tokens, USD) on top of `spent` would pass a cap, or None."""
+        (tokens, usd), (next_tokens, next_usd) = spent, next_call
+        if self.max_tokens is not None and tokens + next_tokens > self.max_tokens:
+            return f"{scope}token budget reached: {tokens} spent + ~{next_tokens} for the next call > {self.max_tokens}"
+        if self.max_usd is not None and usd + next_usd > self.max_usd:
+            return f"{scope}USD budget reached: ${usd:.4f} spent + ~${next_usd:.4f} for the next call > ${self.max_usd}"
+        return None
+
+
+class ServerBudget(Budget):
+    """Caps on what one server process may spend across all its runs (CONDUCTOR_SERVER_MAX_TOKENS / _USD)."""
+
+    tokens: int = 0
+    usd: float = 0.0
+
+    def add(self, usage: CallUsage) -> None:
+        self.tokens += usage.prompt_tokens + usage.completion_tokens
+        self.usd += usage.cost_usd
+
+    def exhausted(self) -> str | None:
+        """Why no new run may start (a cap already reached), or None."""
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            return f"server token budget exhausted: {self.tokens} of {self.max_tokens} spent"
+        if self.max_usd is not None and self.usd >= self.max_usd:
+            return f"server USD budget exhausted: ${self.usd:.4f} of ${self.max_usd} spent"
+        return None
+
+    def next_call_exceeds(self, tokens: int, usd: float) -> str | None:
+        return self.exceeded_by((self.tokens, self.usd), (tokens, usd), scope="server ")

@@ -1,0 +1,232 @@
+"""The MCP door: orchestrate, plan, continue_workflow, runs and pools as tools; runs and pools as resources.
+
+Every tool that calls models reports progress (step started / finished, with the worker) and a heartbeat at
+least every 15 s, and blocks at most `wait_seconds`: past that the run goes on in the background and the
+result says `status: running` with the run id to pass to `continue_workflow`. The text content of a result is
+a short markdown summary (answer first); the structured content is the transcript; resources hold the rest.
+A door translates: arguments become a RunRequest, runs become results, and the error tree becomes ToolError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from conductor_mcp import __version__
+from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.request import POOL_NAME, ContextText, FeedbackText, PoolName, RunRequest, StepLimit, TaskText
+from conductor_mcp.core.usage import Budget
+from conductor_mcp.doors.results import (
+    PlanResult,
+    PoolsResult,
+    RunResult,
+    RunsResult,
+    plan_result,
+    pool_info,
+    run_result,
+    runs_result,
+)
+from conductor_mcp.engine.cost import estimate_cost
+from conductor_mcp.errors import ConductorError, PoolError
+from conductor_mcp.runs.render import to_markdown
+from conductor_mcp.service import Service
+
+HEARTBEAT_S = 10.0
+DEFAULT_WAIT_S = 45.0  # below the ~60 s at which Claude Desktop and older Codex versions cut a tool call
+MAX_WAIT_S = 3600.0
+
+INSTRUCTIONS = """\
+conductor-mcp solves hard tasks with a team of LLMs. A Conductor model writes a short workflow (which worker
+does what, and which earlier results each one sees) and the server runs it, independent steps in parallel.
+Use `orchestrate` for tasks that benefit from several strong models: tricky bugs, design decisions, proofs,
+reviews, questions where a second opinion matters. Pass code or files the workers need in `context`: they see
+nothing else. A call returns within `wait_seconds`; if the status is `running`, call `continue_workflow` with
+the run id to collect the result. If the answer is wrong or incomplete, call `continue_workflow` with
+`feedback`: the conductor reviews the earlier work with your feedback. `plan` shows the workflow and its cost
+without running it. Runs are kept; read `conductor://runs/{run_id}` for the full transcript."""
+
+WaitArg = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=MAX_WAIT_S,
+        description="Longest time to block, in seconds. Past it the run continues in the background and the "
+        "result has status 'running': collect it with continue_workflow. Keep it below your client's timeout.",
+    ),
+]
+RunIdArg = Annotated[str, Field(min_length=1, max_length=64, description="A run id returned by an earlier call.")]
+MaxUsdArg = Annotated[float | None, Field(gt=0, description="Stop before a call that would exceed this cost.")]
+MaxTokensArg = Annotated[int | None, Field(ge=1, description="Stop before a call that would exceed this.")]
+SelfCorrectArg = Annotated[
+    bool | None, Field(description="After the workflow, let the conductor review the team's work once and correct it.")
+]
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """The error tree as the calling model reads it: a ToolError with the message (anything else is hidden)."""
+    try:
+        yield
+    except ConductorError as exc:
+        raise ToolError(str(exc)) from None
+
+
+class ProgressRelay:
+    """Turns run events into MCP progress notifications; `progress` only grows, as the protocol requires."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.count = 0
+
+    async def __call__(self, event: ProgressEvent) -> None:
+        self.count += 1
+        total = f" ({event.finished_steps}/{event.total_steps} steps done)" if event.total_steps else ""
+        await self.ctx.report_progress(self.count, None, f"{event.message}{total}")
+
+
+def build_server(service: Service) -> MCPServer:
+    server = MCPServer("conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    _register_run_tools(server, service)
+    _register_read_tools(server, service)
+    _register_resources(server, service)
+    return server
+
+
+async def serve_stdio(service: Service) -> None:
+    """The MCP door on stdin/stdout (the host starts this process)."""
+    try:
+        await build_server(service).run_stdio_async()
+    finally:
+        await service.close()
+
+
+def _register_run_tools(server: MCPServer, service: Service) -> None:
+    @server.tool(
+        description="Solve a hard task with a team of LLMs: a conductor plans a short workflow over the pool's "
+        "workers and the server runs it (independent steps in parallel). Returns the answer, the run id, totals "
+        "(tokens, USD, time) and a per-step transcript. If status is 'running', call continue_workflow."
+    )
+    async def orchestrate(
+        task: TaskText,
+        ctx: Context,
+        pool: PoolName = None,
+        max_steps: StepLimit = None,
+        context: ContextText = None,
+        wait_seconds: WaitArg = DEFAULT_WAIT_S,
+        max_usd: MaxUsdArg = None,
+        max_tokens: MaxTokensArg = None,
+        self_correct: SelfCorrectArg = None,
+    ) -> Annotated[CallToolResult, RunResult]:
+        with tool_errors():
+            request = RunRequest.of(
+                task=task, pool=pool, max_steps=max_steps, context=context, self_correct=self_correct,
+                budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
+            )  # fmt: skip
+            run = service.start(request)
+        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
+        return run_result(run)
+
+    @server.tool(
+        description="Show the workflow the conductor would use for a task, with an estimated cost range, "
+        "without running it (no worker is called). The plan is stored: continue_workflow runs it."
+    )
+    async def plan(
+        task: TaskText, ctx: Context, pool: PoolName = None, max_steps: StepLimit = None, context: ContextText = None
+    ) -> PlanResult:
+        with tool_errors():
+            request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context)
+            run = await service.plan(request, on_event=ProgressRelay(ctx))
+        pool_ = service.pool(run.pool)
+        assert run.workflow is not None
+        return plan_result(run, pool_, estimate_cost(run.workflow, pool_, run.task, run.context))
+
+    @server.tool(
+        description="Continue a run: collect a run still going (waits up to wait_seconds), resume an interrupted "
+        "or failed one without repeating finished steps, run a stored plan, or, with feedback, start a follow-up "
+        "run in which the conductor reviews the team's earlier work with your feedback and corrects it."
+    )
+    async def continue_workflow(
+        run_id: RunIdArg, ctx: Context, feedback: FeedbackText = None, wait_seconds: WaitArg = DEFAULT_WAIT_S
+    ) -> Annotated[CallToolResult, RunResult]:
+        with tool_errors():
+            run = service.continue_run(run_id, feedback)
+        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
+        return run_result(run)
+
+
+def _register_read_tools(server: MCPServer, service: Service) -> None:
+    @server.tool(description="List recent runs, newest first, with their status.")
+    def runs(
+        limit: Annotated[int, Field(ge=1, le=100, description="How many runs to list.")] = 10,
+        status: Annotated[
+            Literal["planned", "running", "done", "failed", "interrupted", "cancelled"] | None,
+            Field(description="Only runs in this status."),
+        ] = None,
+    ) -> RunsResult:
+        with tool_errors():
+            return runs_result(service.list_runs(limit, status))
+
+    @server.tool(description="List the pools of workers available, with each worker's strengths.")
+    def pools() -> PoolsResult:
+        infos = [pool_info(s, None if s.error else service.pool(s.name)) for s in service.pools()]
+        return PoolsResult(default_pool=service.default_pool_name(), pools=infos)
+
+
+def _register_resources(server: MCPServer, service: Service) -> None:
+    @server.resource(
+        "conductor://runs/{run_id}",
+        mime_type="application/json",
+        description="The full transcript of a run: workflow, conductor output, every step's record, totals.",
+    )
+    def run_resource(run_id: str) -> str:
+        try:
+            return service.get_run(run_id).model_dump_json(indent=2)
+        except ConductorError as exc:
+            raise ResourceError(str(exc)) from None
+
+    @server.resource(
+        "conductor://runs/{run_id}/steps/{index}",
+        mime_type="application/json",
+        description="One step of a run: its record and the exact messages its worker received.",
+    )
+    def step_resource(run_id: str, index: str) -> str:
+        try:
+            run = service.get_run(run_id)
+            step = next(s for s in run.steps if s.key == index)
+            messages = service.store.step_messages(run_id, index)
+        except (ConductorError, LookupError, StopIteration):
+            raise ResourceError(f"run {run_id!r} has no step {index!r}") from None
+        return json.dumps({"record": step.model_dump(mode="json"), "messages": messages}, indent=2)
+
+    @server.resource(
+        "conductor://pools/{name}",
+        mime_type="application/json",
+        description="A pool's configuration (key values are never included, only the variable names).",
+    )
+    def pool_resource(name: str) -> str:
+        if not re.match(POOL_NAME, name):
+            raise ResourceError(f"no pool named {name!r}")
+        try:
+            return service.pool(name).model_dump_json(indent=2)
+        except PoolError as exc:
+            raise ResourceError(str(exc)) from None
+
+    @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
+    def review_run(run_id: str) -> str:
+        try:
+            run = service.get_run(run_id)
+        except ConductorError as exc:
+            raise ValueError(str(exc)) from None
+        return (
+            f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
+            f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "
+            f"to fix; otherwise summarise the answer.\n\nTask:\n{run.task}\n\n{to_markdown(run)}"
+        )

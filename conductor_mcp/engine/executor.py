@@ -1,0 +1,294 @@
+"""Runs a workflow: a DAG from the access lists, each step started the moment the steps it sees are done.
+
+The paper ran steps strictly in sequence; a step here waits only for the steps in its access list, so a
+fan-out takes the time of its slowest branch. A worker's messages hold the task (and caller's context), the
+(instruction, answer) pairs of exactly the steps in its access list, in index order, and its own
+instruction: nothing else. Each step's record is committed to the store when it starts and when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from conductor_mcp.core import prompts
+from conductor_mcp.core.events import EventKind, ProgressCallback, ProgressEvent, emit
+from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
+from conductor_mcp.core.prompts import MAX_SEEN_OUTPUT_CHARS, worker_messages
+from conductor_mcp.core.records import Run, StepRecord, messages_digest, now
+from conductor_mcp.core.usage import ServerBudget
+from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.engine.conductor import Conductor
+from conductor_mcp.engine.cost import estimated_tokens, spec_for
+from conductor_mcp.errors import ProviderError
+from conductor_mcp.logs import get_logger
+from conductor_mcp.models.providers import Providers, price_per_token
+from conductor_mcp.runs.store import Store
+
+log = get_logger(__name__)
+
+CALLED = ("running", "done", "failed", "cancelled")  # statuses of steps that made (or are making) a call
+
+
+class Executor:
+    """Executes one run's workflow on its pool, recording and persisting every step (nested ones included)."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        store: Store,
+        providers: Providers,
+        on_event: ProgressCallback | None = None,
+        step_timeout_s: float = 600.0,
+        server_budget: ServerBudget | None = None,
+    ) -> None:
+        self.pool = pool
+        self.store = store
+        self.providers = providers
+        self.conductor = Conductor(providers)
+        self.on_event = on_event
+        self.step_timeout_s = step_timeout_s
+        self.server_budget = server_budget or ServerBudget()
+        self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
+        self._positions: dict[str, int] = {}  # step key -> position in run.steps (and its order in the store)
+
+    async def execute(self, run: Run) -> None:
+        """Run the workflow to the end, a cap or budget stop, a failed step, or cancellation (re-raised)."""
+        if run.workflow is None or not run.workflow.steps:
+            raise ValueError(f"run {run.id} has no workflow to execute")
+        self._positions = {record.key: position for position, record in enumerate(run.steps)}
+        failure = await self._run_workflow(run, run.workflow, depth=0, parent=None)
+        if failure and failure != run.stop_reason and self._can_recover(run):
+            failure = await self._recover(run, failure)
+        last = self._record(run, str(len(run.workflow.steps) - 1))
+        if failure is None and last is not None and last.status == "done":
+            run.status, run.answer = "done", last.output
+            return
+        finished = sorted((r for r in run.steps if r.status == "done" and r.output), key=lambda r: r.ended_at or "")
+        run.answer = finished[-1].output if finished else None  # the best answer so far
+        if run.stop_reason and failure == run.stop_reason:
+            run.status = "done"  # a recursion cap: a clean stop with the best answer, the reason recorded
+        else:
+            run.status, run.error = "failed", failure or "the last step did not finish"
+
+    def _can_recover(self, run: Run) -> bool:
+        top = [r for r in run.steps if r.depth == 0]
+        return (
+            self.pool.recursion
+            and run.max_depth >= 1
+            and any(r.status == "failed" for r in top)
+            and not any(r.worker_id == CONDUCTOR_ID and (r.finish_reason or "").startswith("recovery") for r in top)
+        )
+
+    async def _recover(self, run: Run, failure: str) -> str | None:
+        """A step failed for good: the conductor, as a worker, sees what finished and re-plans around it."""
+        assert run.workflow is not None
+        top = [r for r in run.steps if r.depth == 0]
+        finished = {r.index: r.output or "" for r in top if r.status == "done"}
+        step = Step(worker=CONDUCTOR_ID, instruction=prompts.recovery_instruction(failure), access=sorted(finished))
+        run.workflow.steps.append(step)
+        self.store.save_run(run)
+        log.warning("replanning_after_failure", run_id=run.id, failure=failure)
+        (record,) = self._prepare(run, Workflow(steps=[step]), 0, None, first_index=len(run.workflow.steps) - 1)
+        messages = worker_messages(run.task, run.context, run.workflow, record.index, finished)
+        stop = self._over_budget(run, CONDUCTOR_ID, messages)
+        if stop:
+            self._skip(run, [record], stop)
+            return stop
+        record = await self._run_step(run, run.workflow, record, messages, finished)
+        if record.status != "done":
+            return f"re-planning after a failed step did not finish: {record.error}"
+        record.finish_reason = f"recovery: {record.finish_reason}"
+        self._save(run, record)
+        return None
+
+    # -- one (possibly nested) workflow ----------------------------------------------------------------
+    def _record(self, run: Run, key: str) -> StepRecord | None:
+        position = self._positions.get(key)
+        return None if position is None else run.steps[position]
+
+    def _save(self, run: Run, record: StepRecord, messages: list[dict[str, Any]] | None = None) -> None:
+        self.store.save_step(run.id, self._positions[record.key], record, messages)
+
+    def _prepare(
+        self, run: Run, workflow: Workflow, depth: int, parent: str | None, first_index: int = 0
+    ) -> list[StepRecord]:
+        """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept."""
+        records = []
+        for i, step in enumerate(workflow.steps, start=first_index):
+            key = f"{parent}.{i}" if parent else str(i)
+            record = self._record(run, key)
+            if record is None:
+                record = StepRecord(key=key, index=i, depth=depth, parent=parent, worker_id=step.worker,
+                                    visible_id=step.worker, model="", instruction=step.instruction,
+                                    access=list(step.access))  # fmt: skip
+                run.steps.append(record)
+                self._positions[key] = len(run.steps) - 1
+            if record.status != "done":
+                if step.worker == CONDUCTOR_ID:
+                    record.worker_id, record.model = CONDUCTOR_ID, self.pool.conductor.model
+                else:
+                    worker = self.pool.resolve(step.worker)
+                    record.worker_id, record.model = worker.id, worker.model
+                record.status, record.error = "pending", None
+                self._save(run, record)
+            records.append(record)
+        return records
+
+    async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> str | None:
+        """Run one workflow as a DAG; returns why it stopped early, or None when every step finished."""
+        records = self._prepare(run, workflow, depth, parent)
+        outputs = {r.index: r.output or "" for r in records if r.status == "done"}
+        pending = [i for i in range(len(records)) if i not in outputs]
+        running: dict[asyncio.Task[StepRecord], int] = {}
+        stop: str | None = None
+        try:
+            while pending or running:
+                if stop is None:
+                    for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
+                        messages = worker_messages(run.task, run.context, workflow, i, outputs)
+                        stop = self._over_budget(run, workflow.steps[i].worker, messages)
+                        if stop:
+                            break
+                        pending.remove(i)
+                        step_task = self._run_step(run, workflow, records[i], messages, outputs)
+                        running[asyncio.create_task(step_task)] = i
+                if not running:
+                    break
+                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    i = running.pop(task)
+                    record = task.result()
+                    if record.status == "done":
+                        outputs[i] = record.output or ""
+                    elif stop is None:
+                        stop = run.stop_reason if record.error == run.stop_reason else (
+                            f"step {record.key} ({record.worker_id}) failed: {record.error}")  # fmt: skip
+        except asyncio.CancelledError:
+            for task in running:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*running, return_exceptions=True)
+            self._skip(run, [records[i] for i in pending], "run cancelled")
+            raise
+        self._skip(run, [records[i] for i in pending], stop or "not reached")
+        return stop
+
+    def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> str | None:
+        """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated)."""
+        started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None)
+        if started >= run.max_calls:
+            run.stop_reason = f"call budget reached: {started} of {run.max_calls} calls used"
+            return run.stop_reason
+        estimate = estimated_tokens(messages)
+        next_cost = 0.0
+        if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
+            price = price_per_token(spec_for(self.pool, visible_id))
+            next_cost = estimate * price[0] if price else 0.0
+        return run.budget.exceeded_by(run.spent(), (estimate, next_cost)) or self.server_budget.next_call_exceeds(
+            estimate, next_cost
+        )
+
+    def _skip(self, run: Run, records: list[StepRecord], reason: str) -> None:
+        for record in records:
+            record.status, record.error = "skipped", reason
+            self._save(run, record)
+
+    # -- one step --------------------------------------------------------------------------------------
+    async def _run_step(
+        self,
+        run: Run,
+        workflow: Workflow,
+        record: StepRecord,
+        messages: list[dict[str, Any]],
+        outputs: dict[int, str],
+    ) -> StepRecord:
+        record.status, record.started_at = "running", now()
+        record.messages_digest = messages_digest(messages)
+        seen = workflow.steps[record.index].access
+        record.truncated_inputs = [j for j in seen if len(outputs.get(j, "")) > MAX_SEEN_OUTPUT_CHARS]
+        self._save(run, record, messages)
+        log.debug(
+            "step_started", run_id=run.id, step=record.key, worker=record.worker_id, digest=record.messages_digest
+        )
+        await self._emit("step_started", run, record)
+        try:
+            async with asyncio.timeout(self.step_timeout_s):
+                if record.worker_id == CONDUCTOR_ID:
+                    await self._recurse(run, workflow, record, outputs)
+                else:
+                    await self._call_worker(run, record, messages)
+        except ProviderError as exc:
+            record.status, record.error, record.attempts = "failed", str(exc), exc.attempts
+        except TimeoutError:
+            record.status, record.error = "failed", f"step timed out after {self.step_timeout_s}s"
+        except asyncio.CancelledError:
+            record.status, record.error, record.ended_at = "cancelled", "cancelled", now()
+            self._save(run, record)
+            raise
+        record.ended_at = now()
+        self.server_budget.add(record)
+        self._save(run, record)
+        log.debug("step_finished", run_id=run.id, step=record.key, status=record.status)
+        await self._emit("step_finished", run, record)
+        return record
+
+    async def _call_worker(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> None:
+        worker = self.pool.get(record.worker_id)
+        result = await self.providers.complete(
+            worker, messages, label=worker.id, metadata=run.metadata, simulation=self.pool.simulation,
+            fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)],
+        )  # fmt: skip
+        record.status, record.output, record.finish_reason = "done", result.text, result.finish_reason
+        record.answered_by, record.attempts = result.answered_by, result.attempts
+        record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
+        record.cost_usd, record.latency_s = result.cost_usd, round(result.latency_s, 4)
+
+    async def _recurse(self, run: Run, workflow: Workflow, record: StepRecord, outputs: dict[int, str]) -> None:
+        """The conductor as a worker: a corrective workflow at depth + 1, or a stop (the current answer stands)."""
+        step = workflow.steps[record.index]
+        standing = _standing_answer(step.access, record.index, outputs) or self._standing.get(record.parent or "", "")
+        self._standing[record.key] = standing  # what a nested conductor step inherits if it sees nothing
+        if record.depth + 1 > run.max_depth:
+            record.status, record.output = "done", standing
+            record.finish_reason = f"depth cap ({run.max_depth}) reached: the current answer stands"
+            run.stop_reason = run.stop_reason or f"step {record.key}: {record.finish_reason}"
+            return
+        if record.workflow is None:  # on resume, a correction already written is run, not asked for again
+            seen = [(workflow.steps[j].instruction, outputs[j]) for j in step.access]
+            plan = await self.conductor.correct(
+                self.pool, run.task, run.context, seen, step.instruction, run.max_steps, run.metadata
+            )
+            record.conductor_call = plan.calls[-1] if plan.calls else None
+            record.attempts = [a for call in plan.calls for a in call.attempts]
+            record.prompt_tokens = sum(c.prompt_tokens for c in plan.calls)
+            record.completion_tokens = sum(c.completion_tokens for c in plan.calls)
+            record.cost_usd = sum(c.cost_usd for c in plan.calls)
+            record.latency_s = round(sum(c.latency_s for c in plan.calls), 4)
+            record.answered_by = self.pool.conductor.model
+            record.workflow = plan.workflow
+            record.messages_digest = messages_digest(plan.messages)
+            self._save(run, record, plan.messages)  # the conductor's own prompt, not a worker's
+        if not record.workflow.steps:
+            record.status, record.output = "done", standing
+            record.finish_reason = "stop: the current answer stands"
+            return
+        failure = await self._run_workflow(run, record.workflow, record.depth + 1, record.key)
+        last = self._record(run, f"{record.key}.{len(record.workflow.steps) - 1}")
+        if failure is None and last is not None and last.status == "done":
+            record.status, record.output, record.finish_reason = "done", last.output, "corrected"
+        else:
+            record.status, record.error = "failed", failure or "the corrective workflow did not finish"
+
+    async def _emit(self, kind: EventKind, run: Run, record: StepRecord) -> None:
+        finished = sum(1 for r in run.steps if r.status == "done")
+        verb = "started" if kind == "step_started" else record.status
+        message = f"step {record.key} {verb}: {record.label()}"
+        await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
+
+
+def _standing_answer(access: list[int], index: int, outputs: dict[int, str]) -> str:
+    """The answer that stands if the conductor stops: the latest step it sees, else the step before it."""
+    candidates = access or ([index - 1] if index > 0 else [])
+    return outputs.get(max(candidates), "") if candidates else ""

@@ -1,0 +1,63 @@
+"""Every error conductor-mcp raises on purpose, in one tree, so each door maps them in one place.
+
+    ConductorError                 anything the caller can act on; the message names what is wrong
+    ├── SettingsError              a CONDUCTOR_* variable that does not parse (names the variable)
+    ├── RequestError               a caller's argument is unusable (names the argument and the limit)
+    ├── RunNotFound                no stored run has that id
+    ├── PoolError                  a pool name or file that cannot be used (names file, worker, field)
+    ├── WorkflowError              the conductor's output cannot be turned into a workflow
+    ├── ProviderError              every attempt at a model call failed (retries and fallbacks included)
+    ├── LocalModelError            the embedded local model cannot be served
+    └── StoreError                 the run store cannot be read or written
+
+Errors outside this tree are bugs: doors log them and answer with a generic internal error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conductor_mcp.core.records import Attempt
+
+
+class ConductorError(Exception):
+    """Base of every error in this package that a caller should see and can act on."""
+
+
+class SettingsError(ConductorError, ValueError):
+    """A CONDUCTOR_* setting that does not parse; the message names the variable."""
+
+
+class RequestError(ConductorError, ValueError):
+    """A caller's argument is unusable; the message names the argument and the limit."""
+
+
+class RunNotFound(ConductorError, LookupError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run_id: no run with id {run_id!r}")
+        self.run_id = run_id
+
+
+class PoolError(ConductorError, ValueError):
+    """A pool name or file that cannot be used; the message names the file, worker and field."""
+
+
+class WorkflowError(ConductorError, ValueError):
+    """The conductor's output cannot be turned into a workflow; the message names the fault."""
+
+
+class ProviderError(ConductorError, RuntimeError):
+    """Every attempt (retries and fallbacks) failed; `attempts` says what each one got."""
+
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class LocalModelError(ConductorError, RuntimeError):
+    """The local model cannot be served; the message says why and what to do."""
+
+
+class StoreError(ConductorError, RuntimeError):
+    """The run store cannot be read or written; the message names the file and what to do."""

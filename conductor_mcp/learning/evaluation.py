@@ -1,0 +1,185 @@
+"""Evaluate the conductor against the baselines on one pool and one task set, in one command.
+
+Strategies: each single worker alone; Mixture-of-Agents (all workers propose, one aggregates); a fixed
+planner -> solver -> verifier pipeline; a router (the conductor picks one worker); the conductor's own
+workflows, with and without recursion (one self-check). Results are cached per (strategy, task) in
+OUT/cache.jsonl, so an interrupted evaluation continues where it stopped. Writes OUT/results.json,
+OUT/results.md, OUT/accuracy_vs_cost.png and OUT/steps_by_domain.png.
+
+    python tools/evaluate.py --pool sim --sim-tasks 200 --seed 0 --out eval-out
+    python tools/evaluate.py --pool frontier --dataset gpqa.jsonl --out eval-gpqa --concurrency 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core.pool import Pool
+from conductor_mcp.core.request import RunRequest
+from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import datasets
+from conductor_mcp.learning.sim_tasks import task_set
+from conductor_mcp.learning.strategies import Strategy, all_strategies, summarise
+from conductor_mcp.learning.verifiers import verify
+from conductor_mcp.service import Service
+
+
+def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    tasks = task_set(args.sim_tasks, args.seed) if args.sim_tasks else datasets.load(args.dataset)
+    return tasks[: args.limit] if args.limit else tasks
+
+
+async def run_one(service: Service, pool: str, strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
+    request = RunRequest.of(
+        task=task["question"], pool=pool, max_steps=strategy.max_steps, metadata=datasets.metadata(task),
+        self_correct=strategy.self_correct,
+    )  # fmt: skip
+    run = service.start(request, workflow=strategy.workflow)
+    run = await service.wait(run.id, None)
+    correct = await asyncio.to_thread(verify, task, run.answer)  # code checks run a subprocess
+    return {
+        "strategy": strategy.name, "task_id": task["id"], "domain": task.get("domain", "general"),
+        "correct": bool(correct), "status": run.status, "run_id": run.id, "tokens": run.totals.total_tokens,
+        "cost_usd": run.totals.cost_usd, "calls": run.totals.calls, "steps": run.totals.steps,
+        "wall_s": run.totals.wall_s,
+    }  # fmt: skip
+
+
+def write_report(out: Path, rows: list[dict[str, Any]], order: list[str], pool: str, source: str) -> dict[str, Any]:
+    by_strategy: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: r["task_id"]):  # a fixed order: float sums do not depend on timing
+        by_strategy[row["strategy"]].append(row)
+    summary = {name: summarise(by_strategy[name]) for name in order if by_strategy[name]}
+    moa = next((s for s in summary if s.startswith("moa")), None)
+    ratio = (
+        summary["conductor"]["tokens_per_task"] / summary[moa]["tokens_per_task"]
+        if moa and "conductor" in summary
+        else None
+    )
+    report = {"pool": pool, "tasks": source, "strategies": summary, "conductor_vs_moa_tokens": ratio}
+    (out / "results.json").write_text(json.dumps(report, indent=2))
+    lines = [
+        f"Pool `{pool}`, tasks `{source}`.",
+        "",
+        "| strategy | accuracy | 95% CI | tokens/task | USD/task | calls/task | steps/task | s/task | failed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in summary.items():
+        lines.append(
+            f"| {name} | {m['accuracy']:.3f} | {m['ci_low']:.3f}-{m['ci_high']:.3f} | {m['tokens_per_task']:.0f} | "
+            f"{m['usd_per_task']:.5f} | {m['calls_per_task']:.2f} | {m['steps_per_task']:.2f} | "
+            f"{m['wall_s_per_task']:.2f} | {m['failed_runs']} |"
+        )
+    if ratio is not None:
+        lines += [
+            "",
+            f"Conductor tokens per task / Mixture-of-Agents tokens per task: **{ratio:.3f}** (1/{1 / ratio:.1f}).",
+        ]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    plot(out, summary, by_strategy)
+    return report
+
+
+def plot(out: Path, summary: dict[str, Any], by_strategy: dict[str, list[dict[str, Any]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, m in summary.items():
+        error = [[m["accuracy"] - m["ci_low"]], [m["ci_high"] - m["accuracy"]]]
+        ax.errorbar(m["usd_per_task"], m["accuracy"], yerr=error, fmt="o", capsize=3)
+        ax.annotate(name, (m["usd_per_task"], m["accuracy"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("USD per task")
+    ax.set_ylabel("accuracy (95% CI)")
+    ax.set_title("Accuracy against cost")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_vs_cost.png", dpi=120)
+    plt.close(fig)
+
+    domains = sorted({r["domain"] for rows in by_strategy.values() for r in rows})
+    names = [n for n in summary if not n.startswith("single:")]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    width = 0.8 / max(1, len(names))
+    for k, name in enumerate(names):
+        means = []
+        for domain in domains:
+            steps = [r["steps"] for r in by_strategy[name] if r["domain"] == domain]
+            means.append(sum(steps) / len(steps) if steps else 0.0)
+        ax.bar([d + k * width for d in range(len(domains))], means, width, label=name)
+    ax.set_xticks([d + width * (len(names) - 1) / 2 for d in range(len(domains))], domains)
+    ax.set_ylabel("steps per task")
+    ax.set_title("Steps per task by domain")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "steps_by_domain.png", dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--pool", default="sim")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help="JSONL task file (see conductor_mcp/learning/datasets.py) or bundled:smoke")
+    source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, help="only the first N tasks")
+    parser.add_argument("--strategies", help="comma-separated names to run (default: all)")
+    parser.add_argument("--moa-layers", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=Path("eval-out"))
+    return parser.parse_args(argv)
+
+
+def chosen_strategies(pool: Pool, args: argparse.Namespace) -> list[Strategy]:
+    strategies = all_strategies(pool, args.moa_layers)
+    if not args.strategies:
+        return strategies
+    wanted = args.strategies.split(",")
+    unknown = set(wanted) - {s.name for s in strategies}
+    if unknown:
+        raise RequestError(f"--strategies: unknown {sorted(unknown)}; known: {[s.name for s in strategies]}")
+    return [s for s in strategies if s.name in wanted]
+
+
+async def evaluate(args: argparse.Namespace) -> str:
+    """Run every chosen strategy on every task (resuming from OUT/cache.jsonl); returns the markdown report."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    service = Service(Settings.from_env(state_dir=args.out / "state"))
+    pool = service.pool(args.pool)
+    tasks = load_tasks(args)
+    strategies = chosen_strategies(pool, args)
+    cache = args.out / "cache.jsonl"
+    rows = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
+    done = {(r["strategy"], r["task_id"]) for r in rows}
+    jobs = [(s, t) for s in strategies for t in tasks if (s.name, t["id"]) not in done]
+    limit = asyncio.Semaphore(args.concurrency)
+
+    async def job(strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
+        async with limit:
+            return await run_one(service, pool.name, strategy, task)
+
+    with cache.open("a") as sink, tqdm(total=len(jobs), desc="evaluating", file=sys.stderr, disable=not jobs) as bar:
+        for finished in asyncio.as_completed([job(s, t) for s, t in jobs]):
+            row = await finished
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()  # each result is kept the moment it exists: a stopped evaluation resumes here
+            rows.append(row)
+            bar.update()
+    await service.close()
+    task_ids = {t["id"] for t in tasks}
+    rows = [r for r in rows if r["task_id"] in task_ids and r["strategy"] in {s.name for s in strategies}]
+    label = args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})"
+    write_report(args.out, rows, [s.name for s in strategies], pool.name, label)
+    return (args.out / "results.md").read_text()

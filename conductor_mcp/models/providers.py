@@ -1,0 +1,272 @@
+"""The one place that calls litellm: keys from the environment, retries, fallbacks, deadlines, usage and cost.
+
+Workers, the conductor and simulated models all go through `Providers.complete`, so what tests and benchmarks
+measure on the simulator is the same code path that real providers take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import litellm
+from litellm import exceptions
+
+from conductor_mcp.config import Settings, environment_value
+from conductor_mcp.core.pool import ModelSpec
+from conductor_mcp.core.records import Attempt
+from conductor_mcp.core.simulation import SimulationConfig
+from conductor_mcp.errors import LocalModelError, ProviderError
+from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
+from conductor_mcp.models import local, sim
+
+litellm.suppress_debug_info = True  # otherwise litellm prints help banners to stdout: the MCP wire
+sim.register()
+
+log = get_logger(__name__)
+
+RETRYABLE = (
+    exceptions.RateLimitError,
+    exceptions.Timeout,
+    exceptions.APIConnectionError,
+    exceptions.InternalServerError,
+    exceptions.ServiceUnavailableError,
+    exceptions.BadGatewayError,
+    asyncio.TimeoutError,
+)
+BACKOFF_MAX_S = 20.0
+DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
+_limits: dict[tuple[int, str], asyncio.Semaphore] = {}
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_s: float
+    answered_by: str
+    attempts: list[Attempt] = field(default_factory=list)
+
+
+def _request(
+    spec: ModelSpec, messages: list[dict[str, Any]], sim_call: sim.SimCall | None, **extra: Any
+) -> dict[str, Any]:
+    """The litellm keyword arguments for one call. The key is read from the environment at call time."""
+    request: dict[str, Any] = {**spec.params, "model": spec.model, "messages": messages, "timeout": spec.timeout_s}
+    if spec.api_key_env:
+        key = environment_value(spec.api_key_env)
+        if not key:
+            raise ValueError(f"environment variable {spec.api_key_env} is not set")
+        request["api_key"] = key
+        register_secret(key)
+    elif spec.api_key_file:
+        try:
+            request["api_key"] = Path(spec.api_key_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the key file named by api_key_file: {exc.strerror}") from None
+        register_secret(request["api_key"])
+    if spec.api_base:
+        request["api_base"] = spec.api_base
+    if spec.price:
+        request["input_cost_per_token"] = spec.price.input_per_mtok / 1e6
+        request["output_cost_per_token"] = spec.price.output_per_mtok / 1e6
+    if sim_call is not None and sim.is_simulated(spec.model):
+        # Task metadata carries reference answers for the simulator; it must never reach a real provider.
+        request["metadata"] = copy.deepcopy(sim_call.model_dump())  # litellm writes into the dict it is given
+    request.update({k: v for k, v in extra.items() if v is not None})
+    return request
+
+
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.MULTILINE)
+
+
+def completion_prompt(messages: list[dict[str, Any]]) -> str:
+    """Chat messages as one Question/Answer prompt, the form a base model continues sensibly.
+
+    Markdown headings become plain "Heading:" lines: after "# ..." lines a small base model tends to answer
+    with nothing or with more headings.
+    """
+    parts = []
+    for message in messages:
+        content = _HEADING.sub(r"\1:", str(message.get("content") or "").strip())
+        if message.get("role") == "system":
+            parts.append(f"{content}\n")
+        elif message.get("role") == "assistant":
+            parts.append(f" {content}\n")
+        else:
+            parts.append(f"Question: {content}\nAnswer:")
+    return "\n".join(parts)
+
+
+def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
+    """USD per input and output token: the pool file's price, else litellm's price map, else None."""
+    if spec.price:
+        return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+    try:
+        prompt_cost, _ = litellm.cost_per_token(model=spec.model, prompt_tokens=1, completion_tokens=0)
+        _, completion_cost = litellm.cost_per_token(model=spec.model, prompt_tokens=0, completion_tokens=1)
+    except Exception:  # litellm raises for models it has no price for
+        return None
+    return float(prompt_cost), float(completion_cost)
+
+
+def _cost(response: Any) -> float:
+    cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:  # unpriced model (every hosted_vllm/* without a price in the pool file)
+            cost = 0.0
+    return float(cost or 0.0)
+
+
+def _backoff(base_s: float, attempt: int) -> float:
+    """Exponential backoff with full jitter, so a storm of rate limits does not retry in lockstep."""
+    return random.uniform(0, min(BACKOFF_MAX_S, base_s * 2**attempt))
+
+
+def _limit(spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
+    """The concurrency limit of the provider endpoint `spec` calls (simulated models are not limited)."""
+    if sim.is_simulated(spec.model):
+        return contextlib.nullcontext()
+    endpoint = spec.api_base or spec.model.split("/", 1)[0]
+    key = (id(asyncio.get_running_loop()), endpoint)  # semaphores belong to one event loop
+    if key not in _limits:
+        _limits[key] = asyncio.Semaphore(spec.max_concurrency or DEFAULT_CONCURRENCY)
+    return _limits[key]
+
+
+def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float) -> Attempt:
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {spec.timeout_s}s"
+    return Attempt(
+        model=spec.model,
+        worker=label,
+        ok=False,
+        error=redact(message)[:500],
+        latency_s=round(time.perf_counter() - started, 4),
+    )
+
+
+def _completion(spec: ModelSpec, response: Any, latency: float, attempts: list[Attempt]) -> Completion:
+    """What one successful response says: its text, usage, cost and who answered."""
+    choice = response.choices[0]
+    usage = getattr(response, "usage", None)
+    text = choice.text if spec.prompt_style == "completion" else choice.message.content
+    return Completion(
+        text=redact_values((text or "").strip() if spec.prompt_style == "completion" else text or ""),
+        finish_reason=choice.finish_reason,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=_cost(response),
+        latency_s=latency,
+        answered_by=spec.model,
+        attempts=attempts,
+    )
+
+
+class Providers:
+    """Model calls as this server is configured to make them: its retry backoff, its local model servers and
+    its overrides of the simulator. The service makes one and hands it to the conductor and the executor."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.retry_base_s = settings.retry_base_s
+        self.sim_time_scale = settings.sim_time_scale
+        self.sim_call_log = settings.sim_call_log
+        self.local = local.servers(settings.state_dir)
+
+    async def complete(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, Any]],
+        *,
+        label: str | None = None,
+        fallbacks: Sequence[tuple[str, ModelSpec]] = (),
+        metadata: dict[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
+        simulation: SimulationConfig | None = None,
+    ) -> Completion:
+        """Call `spec` (retrying transient faults), then each fallback in turn; raise ProviderError if all fail.
+
+        `metadata` (the task's reference data) and `simulation` (the pool's sim profiles) reach sim models only.
+        """
+        sim_call = sim.SimCall(
+            task=metadata or {}, simulation=simulation or SimulationConfig(),
+            time_scale=self.sim_time_scale, call_log=self.sim_call_log,
+        )  # fmt: skip
+        attempts: list[Attempt] = []
+        candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
+        for position, (name, candidate) in enumerate(candidates):
+            try:
+                return await self._call_with_retries(
+                    candidate, messages, name, attempts, sim_call, response_format=response_format
+                )
+            except ProviderError as exc:
+                if position + 1 < len(candidates):
+                    log.warning(
+                        "provider_fallback",
+                        failed=candidate.model,
+                        next=candidates[position + 1][1].model,
+                        error=str(exc),
+                    )
+                    continue
+                raise ProviderError(str(exc), attempts) from None
+        raise AssertionError("unreachable")
+
+    async def _served(self, spec: ModelSpec) -> ModelSpec:
+        """The spec litellm can call: a `local/<name>` model becomes the llama.cpp server that serves it."""
+        if not local.is_local(spec.model):
+            return spec
+        name = spec.model.removeprefix(local.PREFIX)
+        base_url = await self.local.ensure(name)
+        return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url})
+
+    async def _call_with_retries(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, Any]],
+        label: str | None,
+        attempts: list[Attempt],
+        sim_call: sim.SimCall,
+        **extra: Any,
+    ) -> Completion:
+        try:
+            request = _request(await self._served(spec), messages, sim_call, **extra)
+        except (ValueError, LocalModelError) as exc:
+            attempts.append(Attempt(model=spec.model, worker=label, ok=False, error=str(exc)))
+            raise ProviderError(f"{spec.model}: {exc}", attempts) from None
+        if spec.prompt_style == "completion":
+            request["prompt"] = completion_prompt(request.pop("messages"))
+            request.pop("response_format", None)
+        call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
+        for attempt in range(spec.max_retries + 1):
+            started = time.perf_counter()
+            try:
+                async with _limit(spec), asyncio.timeout(spec.timeout_s):
+                    response = await call(**request)
+            except RETRYABLE as exc:
+                attempts.append(_failed(spec, label, exc, started))
+                if attempt == spec.max_retries:
+                    raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
+                delay = _backoff(self.retry_base_s, attempt)
+                log.warning("provider_retry", model=spec.model, attempt=attempt + 1, delay_s=round(delay, 3),
+                            error=attempts[-1].error)  # fmt: skip
+                await asyncio.sleep(delay)
+                continue
+            except Exception as exc:  # 4xx and the like: the same request would fail again
+                attempts.append(_failed(spec, label, exc, started))
+                raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
+            latency = time.perf_counter() - started
+            attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
+            return _completion(spec, response, latency, attempts)
+        raise AssertionError("unreachable")  # the loop either returns or raises

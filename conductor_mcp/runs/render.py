@@ -1,0 +1,90 @@
+"""Renderings people and calling models read: a markdown summary (answer first) and a mermaid topology."""
+
+from __future__ import annotations
+
+from conductor_mcp.core.records import Run
+
+
+def _excerpt(text: str | None, limit: int) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _node(key: str) -> str:
+    return "s" + key.replace(".", "_")
+
+
+def mermaid(run: Run) -> str:
+    """The workflow's topology: who saw whom. Steps with no edge between them ran in parallel; a corrective
+    workflow hangs off the conductor step that wrote it (dotted edges)."""
+    lines = ["flowchart LR", '  task(["task"])']
+    for step in run.steps:
+        lines.append(f'  {_node(step.key)}["{step.key}: {step.label()}"]')
+        if not step.access:
+            lines.append(
+                f"  {_node(step.parent)} -.-> {_node(step.key)}" if step.parent else f"  task --> {_node(step.key)}"
+            )
+        for source in step.access:
+            source_key = f"{step.parent}.{source}" if step.parent else str(source)
+            lines.append(f"  {_node(source_key)} --> {_node(step.key)}")
+    return "\n".join(lines)
+
+
+def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80) -> str:
+    """A compact summary for people and calling models: answer first, then the step table and topology."""
+    t = run.totals
+    parts = [f"## Answer\n\n{_excerpt_block(run.answer, answer_limit)}"]
+    if run.error:
+        parts.append(f"**Error:** {run.error}")
+    parts.append(
+        f"**Run** `{run.id}` · status **{run.status}** · pool `{run.pool}` · "
+        f"{t.steps} steps, {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.4f}, {t.wall_s:.1f}s"
+    )
+    if run.stop_reason:
+        parts.append(f"**Stopped early:** {run.stop_reason}")
+    if run.fallback_reason:
+        parts.append(f"**Conductor fallback:** {run.fallback_reason}")
+    if run.repairs:
+        parts.append("**Repairs:** " + "; ".join(f"{r.fault} → {r.action}" for r in run.repairs))
+    if run.steps:
+        rows = [
+            "| # | worker | instruction | sees | status | tokens | cost | latency |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for s in sorted(run.steps, key=lambda step: [int(part) for part in step.key.split(".")]):
+            sees = ",".join(map(str, s.access)) or "task"
+            instruction = _cell(_excerpt(s.instruction, instruction_limit))
+            tokens = s.prompt_tokens + s.completion_tokens
+            key = "↳ " * s.depth + s.key
+            rows.append(
+                f"| {key} | {_cell(s.label())} | {instruction} | {sees} | {s.status} "
+                f"| {tokens} | ${s.cost_usd:.4f} | {s.latency_s:.2f}s |"
+            )
+        parts.append("\n".join(rows))
+        parts.append(f"```mermaid\n{mermaid(run)}\n```")
+    elif run.workflow and run.workflow.steps:
+        rows = ["| # | worker | instruction | sees |", "|---|---|---|---|"]
+        for i, step in enumerate(run.workflow.steps):
+            sees = ",".join(map(str, step.access)) or "task"
+            rows.append(
+                f"| {i} | {_cell(step.worker)} | {_cell(_excerpt(step.instruction, instruction_limit))} | {sees} |"
+            )
+        parts.append(
+            "**Planned workflow** (not run yet)" + (f": {run.workflow.reasoning}" if run.workflow.reasoning else "")
+        )
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts) + "\n"
+
+
+def _excerpt_block(text: str | None, limit: int) -> str:
+    if not text:
+        return "_(no answer)_"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n\n… ({len(text) - limit} more characters in the full transcript)"
+    )

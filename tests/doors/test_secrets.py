@@ -1,0 +1,76 @@
+"""Recognisable fake keys go through success and failure paths; none may appear in any output or file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp.client import Client
+
+from conductor_mcp.config import Settings
+from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.service import Service
+from tests.conftest import scripted_pool, worker, write_pool
+
+pytestmark = [pytest.mark.slow]
+
+CONDUCTOR_KEY = "sk-FAKEconductor0123456789abcdef"
+WORKER_KEY = "wk-SECRETworker-abcdef0123456789"  # in a variable whose name says nothing about secrets
+FILE_KEY = "kf-SECRETfile-0123456789abcdef"
+SECRETS = (CONDUCTOR_KEY, WORKER_KEY, FILE_KEY)
+
+
+async def test_keys_never_leak(tmp_path: Path, pool_dir: Path, faulty_base: str) -> None:
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(FILE_KEY + "\n")
+    write_pool(pool_dir, {
+        "name": "secret-replan", "anonymize": False, "recursion": True, "max_steps": 4,
+        "conductor": {"model": "hosted_vllm/conductor", "api_base": f"{faulty_base}/v1", "structured_output": "none",
+                      "api_key_env": "OPENAI_API_KEY"},
+        "workers": [worker(faulty_base, "ok", api_key_env="MY_WORKER_VAR"),
+                    worker(faulty_base, "down", api_key_file=str(key_file), max_retries=1)],
+    })  # fmt: skip
+    scripted_pool(pool_dir, "secret-echo", [("badrequest", "Solve it.", [])], anonymize=False,
+                  workers=[worker(faulty_base, "badrequest", api_key_env="MY_WORKER_VAR")])  # fmt: skip
+    state = tmp_path / "state"
+    env = {**os.environ, "OPENAI_API_KEY": CONDUCTOR_KEY, "MY_WORKER_VAR": WORKER_KEY, "CONDUCTOR_LOG_LEVEL": "debug",
+           "CONDUCTOR_POOL_PATH": str(pool_dir), "CONDUCTOR_RETRY_BASE_S": "0.01"}  # fmt: skip
+    outputs = []
+    runs = {}
+    for pool in ("secret-replan", "secret-echo"):
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "conductor_mcp", "--state-dir", str(state), "run", "--pool", pool, "--json", "t"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        outputs += [result.stdout, result.stderr]
+        runs[pool] = json.loads(result.stdout)
+    assert runs["secret-replan"]["status"] == "done"  # success path, through a failed step and a re-plan
+    echo = runs["secret-echo"]
+    assert echo["status"] == "failed" and "[redacted]" in echo["steps"][0]["error"]  # the key was sent, and masked
+
+    os.environ["MY_WORKER_VAR"] = WORKER_KEY  # this process reads resources; make it know the names too
+    try:
+        service = Service(Settings.from_env(state_dir=state, pool_path=(pool_dir,)))
+        async with Client(build_server(service)) as client:
+            for run in runs.values():
+                outputs.append((await client.read_resource(f"conductor://runs/{run['id']}")).contents[0].text)
+                for step in run["steps"]:
+                    uri = f"conductor://runs/{run['id']}/steps/{step['key']}"
+                    outputs.append((await client.read_resource(uri)).contents[0].text)
+            for name in ("secret-replan", "secret-echo"):
+                outputs.append((await client.read_resource(f"conductor://pools/{name}")).contents[0].text)
+            pools = await client.call_tool("pools", {})
+            outputs.append(json.dumps(pools.structured_content))
+    finally:
+        del os.environ["MY_WORKER_VAR"]
+    stored = b"".join(path.read_bytes() for path in state.rglob("*") if path.is_file())
+    assert len(outputs) > 10 and stored
+    for secret in SECRETS:
+        assert not any(secret in text for text in outputs), secret
+        assert secret.encode() not in stored, secret

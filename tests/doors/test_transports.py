@@ -1,0 +1,284 @@
+"""The server as hosts run it: a subprocess over stdio and over streamable HTTP, killed and resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import StdioServerParameters
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from conductor_mcp.config import Settings
+from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
+from conductor_mcp.errors import RequestError
+from conductor_mcp.models.local import free_port
+from conductor_mcp.service import Service
+from tests.conftest import scripted_pool, sim_pool_doc, write_pool
+
+pytestmark = [pytest.mark.slow]
+
+MATH = {"task": "What is 6 * 7? Explain step by step.", "pool": "sim"}
+
+
+def server_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "CONDUCTOR_STATE_DIR": str(state_dir), **extra}
+
+
+async def test_stdio_subprocess_lists_and_calls_tools(tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "conductor_mcp", "serve"], env=server_env(tmp_path)
+    )
+    async with Client(params, mode="legacy") as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        planned = await client.call_tool("plan", {"task": "Explain recursion.", "pool": "sim"})
+        result = await client.call_tool("orchestrate", MATH)
+    assert {"orchestrate", "plan", "continue_workflow"} <= tools
+    assert planned.structured_content["steps"]
+    assert result.structured_content["status"] == "done"
+
+
+def test_nothing_but_json_rpc_reaches_stdout(tmp_path: Path) -> None:
+    """Raw stdio: every stdout line is a JSON-RPC message, while the server logs at debug level to stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conductor_mcp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=server_env(tmp_path, CONDUCTOR_LOG_LEVEL="debug", CONDUCTOR_SIM_TIME_SCALE="0.01"),
+    )
+    assert proc.stdin and proc.stdout
+
+    def send(message: dict[str, Any]) -> None:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        proc.stdin.flush()
+
+    lines: list[str] = []
+
+    def read_until(request_id: int) -> dict[str, Any]:
+        while True:
+            line = proc.stdout.readline()
+            assert line, "server closed stdout"
+            lines.append(line)
+            message = json.loads(line)
+            if message.get("id") == request_id:
+                return message
+
+    send(
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": LATEST_HANDSHAKE_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        }
+    )
+    read_until(1)
+    send({"method": "notifications/initialized"})
+    for request_id, (tool, arguments) in enumerate(
+        [
+            ("orchestrate", MATH),
+            ("orchestrate", {**MATH, "pool": "nope"}),
+            ("plan", {"task": "x"}),
+            ("continue_workflow", {"run_id": "0" * 16}),
+        ],
+        start=2,
+    ):
+        send(
+            {
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments, "_meta": {"progressToken": f"p{request_id}"}},
+            }
+        )
+        read_until(request_id)
+    rest, stderr = proc.communicate(timeout=30)  # closes stdin: the server ends
+    lines += rest.splitlines(keepends=True)
+    assert len(lines) > 6  # responses and progress notifications
+    for line in lines:
+        message = json.loads(line)
+        assert message["jsonrpc"] == "2.0" and ("id" in message or "method" in message), line
+    assert any(json.loads(line).get("method") == "notifications/progress" for line in lines)
+    log_lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(entry.get("event") == "step_started" for entry in log_lines)  # it did log, heavily, to stderr
+
+
+class HttpServer:
+    """`conductor-mcp serve --http` as a subprocess on a free loopback port."""
+
+    def __init__(self, state_dir: Path, pool_dir: Path | None = None, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        extra = {"CONDUCTOR_POOL_PATH": str(pool_dir)} if pool_dir else {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port)],
+            env=server_env(state_dir, **extra, **env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError("HTTP server did not start")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+async def test_streamable_http_with_bearer_token_and_rebinding_guard(tmp_path: Path) -> None:
+    server = HttpServer(tmp_path, CONDUCTOR_HTTP_TOKEN="s3cret-token-for-tests")
+    try:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": LATEST_HANDSHAKE_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        headers = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient() as raw:
+            assert (await raw.post(server.url, json=body, headers=headers)).status_code == 401
+            wrong = await raw.post(server.url, json=body, headers={**headers, "authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            auth = {**headers, "authorization": "Bearer s3cret-token-for-tests"}
+            rebinding = await raw.post(server.url, json=body, headers={**auth, "host": "evil.example:80"})
+            assert rebinding.status_code == 421
+        import httpx2
+
+        http_client = httpx2.AsyncClient(headers={"authorization": "Bearer s3cret-token-for-tests"})
+        async with Client(streamable_http_client(server.url, http_client=http_client)) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("orchestrate", MATH)
+        assert "orchestrate" in tools and result.structured_content["status"] == "done"
+    finally:
+        server.stop()
+
+
+async def test_binding_beyond_loopback_requires_a_token(tmp_path: Path) -> None:
+    from conductor_mcp.doors.mcp import build_server
+
+    server = build_server(Service(Settings.from_env(state_dir=tmp_path)))
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10")
+    with pytest.raises(RequestError, match="CONDUCTOR_HTTP_TOKEN"):
+        http_app(server, "0.0.0.0", None, [])
+    app = http_app(server, "0.0.0.0", "token", [])
+    assert isinstance(app, BearerTokenMiddleware)  # the token guards the app
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8765") as client:
+        refused = await client.post("/mcp", json={}, headers={"Authorization": "Bearer wrong"})
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+
+
+async def test_kill_9_mid_run_then_resume_repeats_no_finished_call(tmp_path: Path) -> None:
+    """SIGKILL the server at random points of a run, several times; the resumed run calls no finished step again."""
+    pool_dir = tmp_path / "pools"
+    pool_dir.mkdir()
+    steps = [
+        ("model_0", "Draft an answer.", []),
+        ("model_1", "Improve the draft.", [0]),
+        ("model_2", "Check it.", [0, 1]),
+        ("model_0", "Another angle.", []),
+        ("model_1", "Final answer.", "all"),
+    ]
+    latency = {"first_token_s": 0.4, "tokens_per_s": 1e6, "output_tokens": 5}
+    scripted_pool(
+        pool_dir, "killable", steps, simulation={"workers": dict.fromkeys(("alpha", "beta", "gamma"), latency)}
+    )
+    call_log = tmp_path / "calls.jsonl"
+    env = {"CONDUCTOR_SIM_CALL_LOG": str(call_log), "CONDUCTOR_SIM_TIME_SCALE": "1"}
+    rng = random.Random(7)
+    run_id = None
+    kills = 0
+    for attempt in range(4):
+        server = HttpServer(tmp_path / "state", pool_dir, **env)
+        try:
+            async with Client(server.url) as client:
+                if run_id is None:
+                    result = await client.call_tool("orchestrate", {"task": "t", "pool": "killable", "wait_seconds": 0})
+                    run_id = result.structured_content["run_id"]
+                else:
+                    result = await client.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 0})
+                status = result.structured_content["status"]
+            if status == "done":
+                break
+            await asyncio.sleep(rng.uniform(0.1, 0.7))
+        finally:
+            if attempt < 3:
+                server.kill()
+                kills += 1
+            else:
+                server.stop()
+    server = HttpServer(tmp_path / "state", pool_dir, **env)
+    try:
+        async with Client(server.url) as client:
+            result = await client.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 60})
+    finally:
+        server.stop()
+    data = result.structured_content
+    assert kills >= 3 and data["status"] == "done", data
+    assert len(data["steps"]) == 5 and all(s["status"] == "done" and s["output"] for s in data["steps"])
+    calls = collections.Counter(
+        json.loads(line)["digest"]
+        for line in call_log.read_text().splitlines()
+        if json.loads(line)["model"] != "scripted-conductor"
+    )
+    for step in data["steps"]:
+        assert calls[step["messages_digest"]] == 1, (step["key"], calls)
+
+
+def test_interrupted_run_shows_interrupted_from_another_process(tmp_path: Path) -> None:
+    pool_dir = tmp_path / "pools"
+    pool_dir.mkdir()
+    write_pool(
+        pool_dir,
+        sim_pool_doc(
+            name="slowpool",
+            simulation={"workers": {name: {"first_token_s": 30} for name in ("alpha", "beta", "gamma")}},
+        ),
+    )
+    server = HttpServer(tmp_path / "state", pool_dir, CONDUCTOR_SIM_TIME_SCALE="1")
+    try:
+
+        async def start() -> str:
+            async with Client(server.url) as client:
+                result = await client.call_tool("orchestrate", {"task": "t", "pool": "slowpool", "wait_seconds": 0.5})
+            return result.structured_content["run_id"]
+
+        run_id = asyncio.run(start())
+        observer = Service(Settings.from_env(state_dir=tmp_path / "state"))
+        assert observer.get_run(run_id).status == "running"  # its process is alive
+        server.kill()
+        run = observer.get_run(run_id)
+        assert run.status == "interrupted" and "continue_workflow" in run.error
+    finally:
+        if server.proc.poll() is None:
+            server.kill()

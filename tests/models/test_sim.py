@@ -1,0 +1,201 @@
+"""The simulator: reproducible, calibrated to its profiles, and reached through litellm like any model."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core import prompts
+from conductor_mcp.core.pool import ModelSpec, Pricing, parse_pool
+from conductor_mcp.core.simulation import SimConductorProfile, SimWorkerProfile
+from conductor_mcp.core.workflow import Step, Workflow, parse_workflow, validate_workflow
+from conductor_mcp.errors import WorkflowError
+from conductor_mcp.models.providers import Providers
+from conductor_mcp.models.sim import conductor_output, worker_answer
+from conductor_mcp.service import Service
+from tests.conftest import orchestrate, sim_pool_doc, write_pool
+
+META = {"domain": "math", "answer": "42"}
+
+
+def _answer(text: str) -> str:
+    return text.rsplit("ANSWER:", 1)[1].strip()
+
+
+def test_worker_is_deterministic_in_its_inputs() -> None:
+    profile = SimWorkerProfile(skills={"math": 0.5})
+    prompt = "# Task\nx\n\n# Your instruction\nsolve"
+    assert worker_answer("a", profile, prompt, META) == worker_answer("a", profile, prompt, META)
+    answers = {_answer(worker_answer("a", profile, prompt + str(i), META)[0]) for i in range(40)}
+    assert "42" in answers and len(answers) > 1
+
+
+@pytest.mark.parametrize("skill", [0.2, 0.5, 0.9])
+def test_accuracy_matches_skill(skill: float) -> None:
+    profile = SimWorkerProfile(skills={"math": skill})
+    n = 2000
+    right = sum(
+        _answer(worker_answer("w", profile, f"# Task\nq{i}\n# Your instruction\ngo", META)[0]) == "42" for i in range(n)
+    )
+    assert abs(right / n - skill) < 0.04
+
+
+def test_unsure_worker_takes_the_majority_it_sees() -> None:
+    profile = SimWorkerProfile(skills={"math": 0.3})
+    n, alone, helped = 1000, 0, 0
+    for i in range(n):
+        solo = f"# Task\nq{i}\n\n# Your instruction\naggregate"
+        seen = (
+            f"# Task\nq{i}\n\n## Step 0: answer\nANSWER: 42\n\n## Step 1: answer\nANSWER: 42\n\n"
+            f"## Step 2: answer\nANSWER: 7\n\n# Your instruction\naggregate"
+        )
+        alone += _answer(worker_answer("w", profile, solo, META)[0]) == "42"
+        helped += _answer(worker_answer("w", profile, seen, META)[0]) == "42"
+    # right alone 30%; seeing a correct majority, 30% + 70% * 60% = 72%
+    assert 0.25 < alone / n < 0.35 and 0.66 < helped / n < 0.78
+
+
+def test_wrong_answers_come_from_choices_or_near_numbers() -> None:
+    profile = SimWorkerProfile(default_skill=0.0)
+    mc = {"domain": "science", "answer": "B", "choices": ["A", "B", "C", "D"]}
+    for i in range(30):
+        assert _answer(worker_answer("w", profile, f"q{i}", mc)[0]) in {"A", "C", "D"}
+        assert _answer(worker_answer("w", profile, f"q{i}", META)[0]) != "42"
+
+
+def test_difficulty_scales_tokens() -> None:
+    profile = SimWorkerProfile(output_tokens=400)
+    easy = sum(worker_answer("w", profile, f"q{i}", {**META, "difficulty": "easy"})[1] for i in range(50))
+    hard = sum(worker_answer("w", profile, f"q{i}", {**META, "difficulty": "hard"})[1] for i in range(50))
+    assert 3.0 < hard / easy < 5.0
+
+
+def test_difficulty_moves_skill_unless_the_profile_keeps_it_exact() -> None:
+    adjusted = SimWorkerProfile(skills={"math": 1.0}, default_skill=0.0)
+    exact = adjusted.model_copy(update={"difficulty_adjusted": False})
+    assert adjusted.skill_at("science", "easy") == 0.5 and adjusted.skill_at("math", "hard") == 0.75
+    assert exact.skill_at("science", "easy") == 0.0 and exact.skill_at("math", "hard") == 1.0
+    for i in range(30):  # an exact specialist: right in its domain at every difficulty, wrong elsewhere
+        for difficulty in ("easy", "medium", "hard"):
+            assert _answer(worker_answer("w", exact, f"q{i}", {**META, "difficulty": difficulty})[0]) == "42"
+            science = {"domain": "science", "answer": "B", "choices": list("ABCD"), "difficulty": difficulty}
+            assert _answer(worker_answer("w", exact, f"q{i}", science)[0]) != "B"
+
+
+SYSTEM = (
+    "## Workers\n- model_0: strongest at math\n- model_1: strongest at code\n- model_2: generalist\n\n"
+    "## How\n- worker: x"
+)
+
+
+def test_conductor_writes_shapes_by_difficulty() -> None:
+    profile = SimConductorProfile()
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Task:\nWhat is 2+2?"}]
+    easy = json.loads(conductor_output("conductor", profile, msgs, {"domain": "code"}, 5))
+    assert len(easy["steps"]) == 1 and easy["steps"][0]["worker"] == "model_1"
+    shapes = set()
+    for i in range(20):
+        msgs[1]["content"] = f"Task:\nhard task {i}"
+        wf = json.loads(conductor_output("conductor", profile, msgs, {"domain": "math", "difficulty": "hard"}, 5))
+        shapes.add(len(wf["steps"]))
+        assert all(s["worker"] in {"model_0", "model_1", "model_2"} for s in wf["steps"])
+    assert shapes == {3, 4}  # planner/solver/verifier and fan-out of three plus an aggregator
+
+
+def test_conductor_malformed_rate() -> None:
+    """At rate 1 every workflow carries a fault the parser must repair or reject; at rate 0 none does."""
+
+    def faulty(rate: float) -> int:
+        profile = SimConductorProfile(malformed_rate=rate)
+        count = 0
+        for i in range(30):
+            text = conductor_output("c", profile, [{"role": "system", "content": SYSTEM},
+                                                   {"role": "user", "content": f"Task:\n{i}"}], {}, 5)  # fmt: skip
+            try:
+                parsed = parse_workflow(text)
+                _, repairs = validate_workflow(parsed, ["model_0", "model_1", "model_2"], 5)
+            except WorkflowError:
+                count += 1
+                continue
+            count += bool(repairs) or parsed.form == "lists"
+        return count
+
+    assert faulty(1.0) == 30 and faulty(0.0) == 0
+
+
+async def test_sim_goes_through_litellm_with_usage_and_cost() -> None:
+    spec = ModelSpec(model="sim/anyone", price=Pricing(input_per_mtok=1.0, output_per_mtok=2.0))
+    result = await Providers(Settings.from_env()).complete(
+        spec, [{"role": "user", "content": "x" * 400}], metadata=META
+    )
+    assert result.prompt_tokens == 100 and result.completion_tokens > 0
+    expected = (result.prompt_tokens * 1.0 + result.completion_tokens * 2.0) / 1e6
+    assert result.cost_usd == pytest.approx(expected)
+    assert result.answered_by == "sim/anyone" and result.attempts[0].ok
+
+
+def test_task_set_is_reproducible_and_mixed() -> None:
+    from conductor_mcp.learning.sim_tasks import task_set
+    from conductor_mcp.models.sim import final_answer
+
+    tasks = task_set(40, seed=3)
+    assert tasks == task_set(40, seed=3) and tasks != task_set(40, seed=4)
+    assert {t["domain"] for t in tasks} == {"math", "code", "science", "general"}
+    assert [t["domain"] for t in task_set(4, seed=3, domains=["math", "code"])] == ["math", "code"] * 2
+    assert {t["difficulty"] for t in tasks} == {"easy", "medium", "hard"}
+    assert all(t["answer"] in t["choices"] for t in tasks if t["type"] == "multiple_choice")
+    assert final_answer("x\nANSWER: 1\nmore\nANSWER: 7 ") == "7" and final_answer("none") == ""
+
+
+@pytest.mark.parametrize("style", ["full", "compact"])
+def test_the_simulator_reads_every_prompt_the_server_writes(style: str) -> None:
+    """Prompt text and the simulator's readers live together in core/prompts: an edit cannot split them."""
+    doc = sim_pool_doc(recursion=True)
+    doc["conductor"]["prompt"] = style
+    pool = parse_pool(doc, source="test", default_name="testpool")
+    system = prompts.system_prompt(pool, 4)
+    assert prompts.read_workers(system) == [
+        ("model_0", "strongest at math"),
+        ("model_1", "strongest at code"),
+        ("model_2", "generalist"),
+        ("conductor", prompts.CONDUCTOR_DESCRIPTION),
+    ]
+    assert prompts.read_step_limit(system) == 4
+    workflow = Workflow(
+        steps=[Step(worker="model_0", instruction="solve"), Step(worker="model_1", instruction="check", access=[0])]
+    )
+    message = prompts.worker_messages("the task", "ctx", workflow, 1, {0: "ANSWER: 7"})[0]["content"]
+    shown, instruction = prompts.read_worker_prompt(message)
+    assert instruction == "check" and "ANSWER: 7" in shown and "the task" in shown
+    correction = prompts.correction_messages(pool, 4, "the task", None, [("solve", "ANSWER: 7")], "review")
+    assert "ANSWER: 7" in (prompts.read_correction_work(correction[1]["content"]) or "")
+    assert prompts.read_correction_work(prompts.conductor_messages(pool, 4, "the task", None)[1]["content"]) is None
+    plan = json.loads(
+        conductor_output("conductor", SimConductorProfile(), prompts.conductor_messages(pool, 4, "x", None), {}, 4)
+    )
+    assert plan["steps"] and all(s["worker"] in {"model_0", "model_1", "model_2", "conductor"} for s in plan["steps"])
+
+
+async def test_a_pools_simulation_settings_stay_its_own(tmp_path: Path, pool_dir: Path) -> None:
+    """Loading a pool with time_scale 0 must not make another pool's simulated workers instant."""
+    instant = sim_pool_doc(name="instant")
+    instant["simulation"]["time_scale"] = 0
+    slow = sim_pool_doc(name="slow")
+    slow["simulation"]["workers"] = {
+        name: {"first_token_s": 0.3, "tokens_per_s": 1e9} for name in ("alpha", "beta", "gamma")
+    }
+    slow["simulation"]["conductors"] = {"conductor": {"first_token_s": 0.0, "tokens_per_s": 1e9}}
+    write_pool(pool_dir, instant)
+    write_pool(pool_dir, slow)
+    settings = Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)
+    service = Service(settings.model_copy(update={"sim_time_scale": None}))  # the pools' own time scales apply
+    service.pool("slow")  # loaded first, as a server that has served it before
+    await orchestrate(service, "What is 2+2?", pool="instant")
+    started = time.perf_counter()
+    run = await orchestrate(service, "What is 2+2?", pool="slow", metadata={"difficulty": "easy"})
+    assert run.status == "done" and time.perf_counter() - started >= 0.3
+    assert run.steps[0].latency_s >= 0.3

@@ -1,0 +1,106 @@
+"""The vLLM-hosted conductor against a real vLLM server (its CPU build) started by tools/serve_conductor.py.
+
+Needs an environment with vLLM: CI builds one (cached) and sets CONDUCTOR_VLLM_PYTHON to its interpreter;
+the model is the embedded Gemma 3 270M converted by tools/convert_gguf.py. Skipped when neither is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import litellm
+import pytest
+
+from conductor_mcp.config import Settings
+from conductor_mcp.models import local
+from conductor_mcp.models.local import free_port
+from conductor_mcp.service import Service
+from tests.conftest import orchestrate, plan, write_pool
+
+VLLM_PYTHON = os.environ.get("CONDUCTOR_VLLM_PYTHON")
+MODEL_DIR = os.environ.get("CONDUCTOR_VLLM_MODEL")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.external,
+    pytest.mark.skipif(not (VLLM_PYTHON and MODEL_DIR), reason="no vLLM environment (CI builds one)"),
+]
+TOOLS = Path(__file__).parents[2] / "tools"
+ODD_IDS = ["qx-7f3a", "zv-19kd", "jm-0p2w"]  # no model writes these in valid JSON by chance
+
+
+@pytest.fixture(scope="module")
+def vllm_base() -> str:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(TOOLS / "serve_conductor.py"), "--model", MODEL_DIR, "--cpu", "--port", str(port),
+         "--max-model-len", "4096", "--python", VLLM_PYTHON, "--startup-timeout", "400"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # printed once /health answered
+    assert "vLLM is serving" in line, line
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+def metric(base: str, name: str) -> float:
+    text = urllib.request.urlopen(base.removesuffix("/v1") + "/metrics", timeout=10).read().decode()
+    return sum(float(m) for m in re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+]+)$", text, re.M))
+
+
+def vllm_pool(pool_dir: Path, base: str, workers: list[dict]) -> None:
+    write_pool(pool_dir, {
+        "name": "vllm", "anonymize": False, "max_steps": 3, "default_worker": workers[0]["id"],
+        "conductor": {"model": "hosted_vllm/conductor", "api_base": base, "structured_output": "json_schema",
+                      "max_text_chars": 120, "params": {"temperature": 0.8, "max_tokens": 300}},
+        "workers": workers,
+    })  # fmt: skip
+
+
+async def test_response_format_is_enforced(vllm_base: str) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^ZQ[0-9]{6}XK$"}},
+              "required": ["code"], "additionalProperties": False}  # fmt: skip
+    response = await litellm.acompletion(
+        model="hosted_vllm/conductor", api_base=vllm_base, messages=[{"role": "user", "content": "Say hello."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": True}},
+        max_tokens=40, temperature=1.0,
+    )  # fmt: skip
+    assert re.fullmatch(r"ZQ[0-9]{6}XK", json.loads(response.choices[0].message.content)["code"])
+
+
+async def test_plans_are_schema_valid_and_the_prefix_cache_is_hit(vllm_base: str, pool_dir: Path) -> None:
+    workers = [{"id": i, "model": "sim/generalist", "description": f"worker {i}"} for i in ODD_IDS]
+    vllm_pool(pool_dir, vllm_base, workers)
+    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
+    hits, queries = (
+        metric(vllm_base, "vllm:prefix_cache_hits_total"),
+        metric(vllm_base, "vllm:prefix_cache_queries_total"),
+    )
+    for task in ("What is 2 + 2?", "Name a prime number above 10.", "Summarise the causes of tides."):
+        run = await plan(service, task, pool="vllm")
+        assert run.fallback_reason is None and len(run.conductor_calls) == 1, run.conductor_calls
+        data = json.loads(run.conductor_calls[0].raw_output)
+        assert {s["worker"] for s in data["steps"]} <= set(ODD_IDS) and run.workflow.steps
+    assert metric(vllm_base, "vllm:prefix_cache_queries_total") > queries
+    assert metric(vllm_base, "vllm:prefix_cache_hits_total") > hits  # the shared pool prefix was served from cache
+
+
+@pytest.mark.skipif(not local.server_available(), reason="the local extra is not installed")
+async def test_orchestrate_with_the_vllm_conductor_and_local_workers(vllm_base: str, pool_dir: Path) -> None:
+    workers = [{"id": i, "model": "local/gemma3-270m", "prompt_style": "completion", "description": f"worker {i}",
+                "params": {"max_tokens": 32, "stop": ["\nQuestion:"]}} for i in ODD_IDS]  # fmt: skip
+    vllm_pool(pool_dir, vllm_base, workers)
+    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
+    started = time.monotonic()
+    run = await orchestrate(service, "What is the capital of France?", pool="vllm", max_steps=2)
+    assert run.status == "done" and run.fallback_reason is None, (run.error, run.conductor_calls)
+    assert all(s.answered_by == "local/gemma3-270m" for s in run.steps)
+    assert time.monotonic() - started < 300

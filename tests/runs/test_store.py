@@ -1,0 +1,51 @@
+"""The SQLite store: what is written is read back whole, by another connection or another process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.runs.store import Store
+
+WRITER = """
+import sys
+from pathlib import Path
+from conductor_mcp.runs.store import Store
+from conductor_mcp.core.records import Run, StepRecord
+store = Store(Path(sys.argv[1]))
+tag = sys.argv[2]
+for i in range(150):
+    run = Run(id=f"{tag}-{i}", task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=1)
+    store.save_run(run)
+    record = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i",
+                        status="done", output=tag)
+    store.save_step(run.id, 0, record, [{"role": "user", "content": tag}])
+"""
+
+
+def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    Store(db).close()
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), tag]) for tag in ("a", "b", "c")]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0]
+    store = Store(db)
+    assert len(store.list_runs(1000)) == 450
+    for tag in ("a", "b", "c"):
+        run = store.load_run(f"{tag}-149")
+        assert run.steps[0].output == tag
+        assert store.step_messages(run.id, "0") == [{"role": "user", "content": tag}]
+
+
+def test_step_messages_are_kept_when_a_later_save_omits_them(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db.sqlite3")
+    run = Run(id="r1", task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=1)
+    store.save_run(run)
+    record = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i")
+    store.save_step("r1", 0, record, [{"role": "user", "content": "hello"}])
+    record.status, record.output = "done", "answer"
+    store.save_step("r1", 0, record, None)
+    assert store.step_messages("r1", "0") == [{"role": "user", "content": "hello"}]
+    assert store.load_run("r1").steps[0].output == "answer"
+    assert Path(tmp_path / "db.sqlite3-wal").exists()  # WAL mode
