@@ -104,6 +104,13 @@ _LIST_KEYS = ("model_id", "subtasks", "access_list")
 
 def parse_workflow(text: str) -> ParsedWorkflow:
     """Parse a conductor's output (the JSON shape or the paper's three lists) without consulting a pool."""
+    try:
+        return _parse(text)
+    except RecursionError:  # the JSON and literal decoders recurse per nesting level
+        raise WorkflowError("conductor output is nested too deeply to be a workflow") from None
+
+
+def _parse(text: str) -> ParsedWorkflow:
     if not isinstance(text, str):
         raise WorkflowError(f"conductor output must be text, got {type(text).__name__}")
     if not text.strip():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -196,3 +197,33 @@ def test_fuzz_structured_garbage_never_raises_anything_but_workflow_error(steps,
         return
     for i, step in enumerate(workflow.steps):
         assert step.worker in IDS and all(0 <= j < i for j in step.access)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"steps": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"steps": [], "reasoning": ' + "[" * 5_000 + "]" * 5_000 + "}",
+        '{"steps": [{"worker": "model_0", "instruction": "a", "access": ' + "[" * 50_000 + "]" * 50_000 + "}]}",
+        "model_id = " + "[" * 100_000 + "]" * 100_000 + "\nsubtasks = ['a']\naccess_list = [[]]",
+    ],
+    ids=["deep steps", "deep reasoning", "deep access", "deep paper lists"],
+)
+def test_pathological_nesting_is_a_workflow_error(text: str) -> None:
+    """The parser's contract holds for any depth: a Workflow or a WorkflowError, never RecursionError."""
+    with pytest.raises(WorkflowError):
+        validate_workflow(parse_workflow(text), IDS, 5)
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c) | st.dictionaries(st.text(max_size=5), c),
+        max_leaves=200,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_any_json_structure_parses_or_fails_by_name(value: object) -> None:
+    for document in ({"steps": value}, {"steps": [value]}, {"reasoning": value, "steps": [{"worker": value}]}, value):
+        with contextlib.suppress(WorkflowError):  # a Workflow or a named error; anything else fails the test
+            validate_workflow(parse_workflow(json.dumps(document)), IDS, 5)
