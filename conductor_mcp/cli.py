@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -16,6 +17,18 @@ from conductor_mcp.errors import ConductorError
 from conductor_mcp.logs import configure_logging
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Untrusted text (tasks, model output, pool files) made harmless for a terminal: control characters such as
+    ESC are shown as escapes, not obeyed. Newlines and tabs stay."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def _say(*parts: object, file: Any = None, end: str = "\n", flush: bool = False) -> None:
+    """Everything the CLI writes goes through here (stdout, or stderr for progress and errors)."""
+    print(terminal_safe(" ".join(str(part) for part in parts)), file=file or sys.stdout, end=end, flush=flush)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,7 +98,7 @@ def run_async(coro: Coroutine[Any, Any, int]) -> int:
 
 async def _progress(event: Any) -> None:
     total = f"/{event.total_steps}" if event.total_steps else ""
-    print(f"[{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
+    _say(f"[{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
 
 
 def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
@@ -130,7 +143,7 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
         result = await service.orchestrate(request, on_event=None if args.quiet else _progress)
     else:
         result = await service.plan(request)
-    print(result.model_dump_json(indent=2) if args.json else to_markdown(result))
+    _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
@@ -139,7 +152,7 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.service import Service
 
     run = Service(settings).get_run(args.run_id)
-    print(run.model_dump_json(indent=2) if args.json else to_markdown(run))
+    _say(run.model_dump_json(indent=2) if args.json else to_markdown(run))
     return EXIT_OK
 
 
@@ -148,13 +161,13 @@ def _runs(args: argparse.Namespace, settings: Settings) -> int:
 
     rows = Service(settings).list_runs(args.limit, args.status)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        _say(json.dumps(rows, indent=2))
     elif not rows:
-        print("no runs yet")
+        _say("no runs yet")
     else:
         for row in rows:
             task = " ".join(row["task"].split())[:70]
-            print(f"{row['id']}  {row['created_at'][:19]}  {row['status']:<11}  {row['pool']:<10}  {task}")
+            _say(f"{row['id']}  {row['created_at'][:19]}  {row['status']:<11}  {row['pool']:<10}  {task}")
     return EXIT_OK
 
 
@@ -163,13 +176,13 @@ def _pools(args: argparse.Namespace, settings: Settings) -> int:
 
     summaries = Service(settings).pools()
     if args.json:
-        print(json.dumps([s.__dict__ for s in summaries], indent=2))
+        _say(json.dumps([s.__dict__ for s in summaries], indent=2))
     else:
         for s in summaries:
             if s.error:
-                print(f"{s.name:<12} INVALID  {s.error}")
+                _say(f"{s.name:<12} INVALID  {s.error}")
             else:
-                print(f"{s.name:<12} {len(s.workers)} workers, conductor {s.conductor}: {s.description}")
+                _say(f"{s.name:<12} {len(s.workers)} workers, conductor {s.conductor}: {s.description}")
     return EXIT_BAD_INPUT if any(s.error for s in summaries) else EXIT_OK
 
 
@@ -179,11 +192,11 @@ def _doctor(settings: Settings) -> int:
 
     service = Service(settings)
     reason = "CONDUCTOR_POOL" if settings.pool else "the first pool whose API keys are set, else local"
-    print(f"default pool: {service.default_pool_name()} ({reason})")
+    _say(f"default pool: {service.default_pool_name()} ({reason})")
     for diagnosis in diagnose(list(settings.pool_dirs)):
-        print(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
+        _say(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
         for problem in diagnosis.problems:
-            print(f"{'':<12} - {problem}")
+            _say(f"{'':<12} - {problem}")
     return EXIT_OK
 
 
@@ -193,12 +206,12 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
     registry = servers(settings.state_dir)
     if args.action == "up":
         running = registry.up(args.model)
-        print(f"{args.model} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down")
+        _say(f"{args.model} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down")
     elif args.action == "down":
-        print(f"{args.model} stopped" if registry.down(args.model) else f"no resident {args.model} server was running")
+        _say(f"{args.model} stopped" if registry.down(args.model) else f"no resident {args.model} server was running")
     else:
         running = registry.resident(args.model)
-        print(
+        _say(
             f"{args.model} serving at {running.base_url} (pid {running.pid})"
             if running
             else f"{args.model}: not running"
@@ -211,17 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env(state_dir=args.state_dir, log_level=args.log_level)
     except ConductorError as exc:  # a CONDUCTOR_* variable that does not parse
-        print(f"conductor-mcp: error: {exc}", file=sys.stderr)
+        _say(f"conductor-mcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(settings.log_level if "log_level" in settings.model_fields_set else default_level)
     try:
         return _dispatch(args, settings)
     except (ConductorError, ValueError, OSError) as exc:
-        print(f"conductor-mcp: error: {exc}", file=sys.stderr)
+        _say(f"conductor-mcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("conductor-mcp: interrupted; finished steps are kept in the store", file=sys.stderr)
+        _say("conductor-mcp: interrupted; finished steps are kept in the store", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

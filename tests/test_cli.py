@@ -83,6 +83,18 @@ def test_bad_input_exits_2_with_a_named_error(tmp_path: Path, args: list[str], m
     assert result.stdout == ""
 
 
+def test_control_characters_from_a_task_never_reach_the_terminal(tmp_path: Path) -> None:
+    """A remote caller's task (or a model's answer) with ESC sequences is shown escaped, not obeyed."""
+    hostile = "What is 2+2?\x1b[2J\x1b]0;owned\x07\r"
+    assert cli("--state-dir", str(tmp_path), "run", "--quiet", hostile).returncode == 0
+    listing = cli("--state-dir", str(tmp_path), "runs")
+    run_id = listing.stdout.split()[0]
+    shown = cli("--state-dir", str(tmp_path), "show", run_id)
+    for output in (listing.stdout, shown.stdout):
+        assert "\x1b" not in output and "\x07" not in output and "\r" not in output
+    assert "\\x1b[2J" in listing.stdout  # shown, escaped
+
+
 def test_a_setting_that_does_not_parse_names_the_variable(tmp_path: Path) -> None:
     result = cli("--state-dir", str(tmp_path), "runs", env_extra={"CONDUCTOR_SERVER_MAX_TOKENS": "lots"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
