@@ -16,6 +16,7 @@ import pytest
 
 from conductor_mcp import sandbox
 from conductor_mcp.sandbox import Limits, SandboxUnavailable, run_python
+from conductor_mcp.verifiers import check_code, code_sandbox_problem, verify
 
 needs_bwrap = pytest.mark.skipif(
     sandbox.bwrap_path() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
@@ -60,6 +61,15 @@ def no_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_without_bwrap_model_code_is_refused_and_the_error_names_the_fix() -> None:
     with pytest.raises(SandboxUnavailable, match=r"apt-get install bubblewrap.*allow_unsafe_local_exec"):
         run_python("print(1)", timeout_s=5)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        check_code("def f():\n    return 1", "assert f() == 1")
+    code_task = {"id": "c", "type": "code", "tests": "assert f() == 1"}
+    with pytest.raises(SandboxUnavailable, match="--unsafe-local-exec"):
+        verify(code_task, "def f():\n    return 1")
+    assert verify({"id": "n", "type": "numeric", "answer": "2"}, "ANSWER: 2")  # nothing to run: no refusal
+    assert "apt-get install bubblewrap" in (code_sandbox_problem([code_task]) or "")
+    assert code_sandbox_problem([code_task], allow_unsafe_local_exec=True) is None
+    assert code_sandbox_problem([{"id": "n", "type": "numeric", "answer": "2"}]) is None
 
 
 def test_a_bwrap_that_cannot_run_is_reported_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
