@@ -28,7 +28,7 @@ from conductor_mcp.evaluation import Strategy, all_strategies, summarise
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.service import Service
 from conductor_mcp.sim import task_set
-from conductor_mcp.verifiers import verify
+from conductor_mcp.verifiers import code_sandbox_problem, verify
 
 
 def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -36,13 +36,15 @@ def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     return tasks[: args.limit] if args.limit else tasks
 
 
-async def run_one(service: Service, pool: str, strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
+async def run_one(
+    service: Service, pool: str, strategy: Strategy, task: dict[str, Any], allow_unsafe_local_exec: bool = False
+) -> dict[str, Any]:
     run = service.start(
         task["question"], pool, strategy.max_steps, None, datasets.metadata(task),
         self_correct=strategy.self_correct, workflow=strategy.workflow,
     )  # fmt: skip
     run = await service.wait(run.id, None)
-    correct = await asyncio.to_thread(verify, task, run.answer)  # code checks run a subprocess
+    correct = await asyncio.to_thread(verify, task, run.answer, allow_unsafe_local_exec)  # code runs in a sandbox
     return {
         "strategy": strategy.name, "task_id": task["id"], "domain": task.get("domain", "general"),
         "correct": bool(correct), "status": run.status, "run_id": run.id, "tokens": run.totals.total_tokens,
@@ -136,12 +138,17 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moa-layers", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("eval-out"))
+    parser.add_argument("--unsafe-local-exec", action="store_true",
+                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
     args = parser.parse_args(argv)
+    tasks = load_tasks(args)
+    problem = code_sandbox_problem(tasks, args.unsafe_local_exec)
+    if problem:  # before any worker is paid for answers that could not be scored
+        parser.error(problem)
     configure_logging("error")
     args.out.mkdir(parents=True, exist_ok=True)
     service = Service(Settings.from_env(state_dir=args.out / "state"))
     pool = service.pool(args.pool)
-    tasks = load_tasks(args)
     strategies = all_strategies(pool, args.moa_layers)
     if args.strategies:
         wanted = args.strategies.split(",")
@@ -157,7 +164,7 @@ async def main(argv: list[str] | None = None) -> int:
 
     async def job(strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
         async with limit:
-            return await run_one(service, pool.name, strategy, task)
+            return await run_one(service, pool.name, strategy, task, args.unsafe_local_exec)
 
     with cache.open("a") as sink, tqdm(total=len(jobs), desc="evaluating", file=sys.stderr, disable=not jobs) as bar:
         for finished in asyncio.as_completed([job(s, t) for s, t in jobs]):

@@ -47,6 +47,7 @@ from conductor_mcp.pool import Pool, builtin_pool_dir, load_pool
 from conductor_mcp.rewards import Outcome, WorkflowReward
 from conductor_mcp.service import Service
 from conductor_mcp.sim import SIM_DOMAINS, task_set
+from conductor_mcp.verifiers import code_sandbox_problem
 
 WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'
 WORKER_SUFFIX = '", "instruction": "Solve the task and state the final answer.", "access": []}]}'
@@ -78,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
     parser.add_argument("--completion", choices=["workflow", "worker"], default="workflow")
     parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
+    parser.add_argument("--unsafe-local-exec", action="store_true",
+                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -151,7 +154,8 @@ class Scorer:
 
     def __init__(self, args: argparse.Namespace) -> None:
         service = Service(Settings.from_env(state_dir=Path(tempfile.mkdtemp(prefix="conductor-train-"))))
-        self.reward = WorkflowReward(service, args.max_steps_per_workflow, cost_weight=args.cost_weight)
+        self.reward = WorkflowReward(service, args.max_steps_per_workflow, cost_weight=args.cost_weight,
+                                     allow_unsafe_local_exec=args.unsafe_local_exec)  # fmt: skip
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="conductor-rewards", daemon=True).start()
 
@@ -229,6 +233,10 @@ def score_only_completions_on_cpu() -> None:
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
+    tasks, held_out = training_tasks(args), held_out_tasks(args)
+    problem = code_sandbox_problem(tasks + held_out, args.unsafe_local_exec)
+    if problem:  # before anything is loaded, not after the first batch of rollouts
+        raise SystemExit(problem)
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -238,7 +246,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     score_only_completions_on_cpu()
     pool = load_pool(args.pool, [builtin_pool_dir()])
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
-    rows, pools = build_rows(args, pool, tokenizer, training_tasks(args), args.steps * args.questions,
+    rows, pools = build_rows(args, pool, tokenizer, tasks, args.steps * args.questions,
                              args.recursion_steps * args.questions)  # fmt: skip
     scorer = Scorer(args)
     curve: list[float] = []
@@ -268,7 +276,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         processing_class=tokenizer, peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
                                                            target_modules="all-linear", task_type="CAUSAL_LM"),
     )  # fmt: skip
-    held_out = held_out_tasks(args)
     evaluation = {"before": evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer)} if held_out else {}
     trainer.train()
     if held_out:
