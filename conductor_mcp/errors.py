@@ -8,7 +8,8 @@
     ├── WorkflowError              the conductor's output cannot be turned into a workflow
     ├── ProviderError              every attempt at a model call failed (retries and fallbacks included)
     ├── LocalModelError            the embedded local model cannot be served
-    └── StoreError                 the run store cannot be read or written
+    ├── StoreError                 the run store cannot be read or written
+    └── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
 
 Errors outside this tree are bugs: doors log them and answer with a generic internal error.
 """
@@ -61,3 +62,7 @@ class LocalModelError(ConductorError, RuntimeError):
 
 class StoreError(ConductorError, RuntimeError):
     """The run store cannot be read or written; the message names the file and what to do."""
+
+
+class SandboxUnavailable(ConductorError, RuntimeError):
+    """Model-written code would have to run without isolation, and nobody opted in to that."""

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import sys
 
+from conductor_mcp.errors import ConductorError
 from conductor_mcp.learning.training import parse_args, summary, train
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    print(summary(train(args)), end="")
+    try:
+        print(summary(train(args)), end="")
+    except ConductorError as exc:
+        print(f"train_conductor: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -27,6 +27,7 @@ from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import datasets
+from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.sim_tasks import task_set
 from conductor_mcp.learning.strategies import Strategy, all_strategies, summarise
 from conductor_mcp.learning.verifiers import verify
@@ -38,14 +39,16 @@ def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     return tasks[: args.limit] if args.limit else tasks
 
 
-async def run_one(service: Service, pool: str, strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
+async def run_one(
+    service: Service, pool: str, strategy: Strategy, task: dict[str, Any], allow_unsafe_local_exec: bool = False
+) -> dict[str, Any]:
     request = RunRequest.of(
         task=task["question"], pool=pool, max_steps=strategy.max_steps, metadata=datasets.metadata(task),
         self_correct=strategy.self_correct,
     )  # fmt: skip
     run = service.start(request, workflow=strategy.workflow)
     run = await service.wait(run.id, None)
-    correct = await asyncio.to_thread(verify, task, run.answer)  # code checks run a subprocess
+    correct = await asyncio.to_thread(verify, task, run.answer, allow_unsafe_local_exec)  # code runs in a sandbox
     return {
         "strategy": strategy.name, "task_id": task["id"], "domain": task.get("domain", "general"),
         "correct": bool(correct), "status": run.status, "run_id": run.id, "tokens": run.totals.total_tokens,
@@ -139,6 +142,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--moa-layers", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("eval-out"))
+    parser.add_argument("--unsafe-local-exec", action="store_true",
+                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -155,10 +160,13 @@ def chosen_strategies(pool: Pool, args: argparse.Namespace) -> list[Strategy]:
 
 async def evaluate(args: argparse.Namespace) -> str:
     """Run every chosen strategy on every task (resuming from OUT/cache.jsonl); returns the markdown report."""
+    tasks = load_tasks(args)
+    problem = code_sandbox_problem(tasks, args.unsafe_local_exec)
+    if problem:  # before any worker is paid for answers that could not be scored
+        raise RequestError(problem)
     args.out.mkdir(parents=True, exist_ok=True)
     service = Service(Settings.from_env(state_dir=args.out / "state"))
     pool = service.pool(args.pool)
-    tasks = load_tasks(args)
     strategies = chosen_strategies(pool, args)
     cache = args.out / "cache.jsonl"
     rows = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
@@ -168,7 +176,7 @@ async def evaluate(args: argparse.Namespace) -> str:
 
     async def job(strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
         async with limit:
-            return await run_one(service, pool.name, strategy, task)
+            return await run_one(service, pool.name, strategy, task, args.unsafe_local_exec)
 
     with cache.open("a") as sink, tqdm(total=len(jobs), desc="evaluating", file=sys.stderr, disable=not jobs) as bar:
         for finished in asyncio.as_completed([job(s, t) for s, t in jobs]):

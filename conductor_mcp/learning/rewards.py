@@ -39,13 +39,21 @@ class Outcome:
 class WorkflowReward:
     """Scores completions by running their workflows; batches run concurrently."""
 
-    def __init__(self, service: Service, max_steps: int, cost_weight: float = 0.0, cost_scale_usd: float = 0.01):
+    def __init__(
+        self,
+        service: Service,
+        max_steps: int,
+        cost_weight: float = 0.0,
+        cost_scale_usd: float = 0.01,
+        allow_unsafe_local_exec: bool = False,  # code answers run without bubblewrap where it is missing
+    ):
         if not 0 <= cost_weight <= COST_WEIGHT_LIMIT:
             raise ValueError(f"cost_weight must be between 0 and {COST_WEIGHT_LIMIT}, got {cost_weight}")
         self.service = service
         self.max_steps = max_steps
         self.cost_weight = cost_weight
         self.cost_scale_usd = cost_scale_usd
+        self.allow_unsafe_local_exec = allow_unsafe_local_exec
 
     async def score(self, completion: str, task: dict[str, Any], pool: Pool) -> Outcome:
         self.service.register_pool(pool)
@@ -58,7 +66,7 @@ class WorkflowReward:
         )
         run = self.service.start(request, workflow=workflow)
         run = await self.service.wait(run.id, None)
-        correct = await asyncio.to_thread(verify, task, run.answer)
+        correct = await asyncio.to_thread(verify, task, run.answer, self.allow_unsafe_local_exec)
         reward = CORRECT_REWARD if correct else FORMAT_REWARD
         if correct and self.cost_weight:
             reward -= self.cost_weight * min(1.0, run.totals.cost_usd / self.cost_scale_usd)

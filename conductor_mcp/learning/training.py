@@ -39,7 +39,9 @@ from typing import Any
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
+from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import datasets
+from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import SIM_DOMAINS, task_set
 from conductor_mcp.logs import configure_logging
@@ -76,6 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
     parser.add_argument("--completion", choices=["workflow", "worker"], default="workflow")
     parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
+    parser.add_argument("--unsafe-local-exec", action="store_true",
+                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -147,7 +151,8 @@ class Scorer:
     def __init__(self, args: argparse.Namespace) -> None:
         state_dir = Path(tempfile.mkdtemp(prefix="conductor-train-"))
         service = Service(Settings.from_env(state_dir=state_dir, sim_time_scale=0.0))  # rewards need no latency
-        self.reward = WorkflowReward(service, args.max_steps_per_workflow, cost_weight=args.cost_weight)
+        self.reward = WorkflowReward(service, args.max_steps_per_workflow, cost_weight=args.cost_weight,
+                                     allow_unsafe_local_exec=args.unsafe_local_exec)  # fmt: skip
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="conductor-rewards", daemon=True).start()
 
@@ -225,6 +230,10 @@ def score_only_completions_on_cpu() -> None:
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
+    tasks, held_out = training_tasks(args), held_out_tasks(args)
+    problem = code_sandbox_problem(tasks + held_out, args.unsafe_local_exec)
+    if problem:  # before anything is loaded, not after the first batch of rollouts
+        raise RequestError(problem)
     from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -234,7 +243,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     score_only_completions_on_cpu()
     pool = load_pool(args.pool, [builtin_pool_dir()])
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
-    rows, pools = build_rows(args, pool, tokenizer, training_tasks(args), args.steps * args.questions,
+    rows, pools = build_rows(args, pool, tokenizer, tasks, args.steps * args.questions,
                              args.recursion_steps * args.questions)  # fmt: skip
     scorer = Scorer(args)
     curve: list[float] = []
@@ -264,7 +273,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         processing_class=tokenizer, peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
                                                            target_modules="all-linear", task_type="CAUSAL_LM"),
     )  # fmt: skip
-    held_out = held_out_tasks(args)
     evaluation = {"before": evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer)} if held_out else {}
     trainer.train()
     if held_out:

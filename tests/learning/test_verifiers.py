@@ -1,21 +1,32 @@
-"""Verifiers on right, wrong and adversarial answers; datasets and their converters."""
+"""Verifiers on right, wrong and adversarial answers; datasets and their converters.
+
+The adversarial code below is each a way the previous checker (the solution ran inside the harness, beside the
+expected outputs, with the caller's privileges) was shown to be fooled or escaped; each scored True or leaked
+there, and must score False and leak nothing now.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from conductor_mcp.learning import datasets
-from conductor_mcp.learning.verifiers import (
-    check_choice,
-    check_code,
-    check_numeric,
-    choice_letter,
-    parse_number,
-    verify,
+from conductor_mcp.learning.code_checks import check_code
+from conductor_mcp.learning.verifiers import check_choice, check_numeric, choice_letter, parse_number, verify
+
+ROOT = Path(__file__).parents[2]
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
 )
 
 PALINDROME_TESTS = "assert is_palindrome('Abba')\nassert not is_palindrome('abc')"
@@ -63,6 +74,7 @@ def test_parse_number_forms() -> None:
     assert parse_number("$\\dfrac{5}{2}$") == parse_number("2.5") and parse_number("none") is None
 
 
+@needs_bwrap
 def test_code_right_and_wrong() -> None:
     assert check_code(GOOD, PALINDROME_TESTS)
     assert not check_code("```python\ndef is_palindrome(s):\n    return True\n```", PALINDROME_TESTS)
@@ -72,6 +84,7 @@ def test_code_right_and_wrong() -> None:
     assert not check_code(program.replace("a + b", "a - b"), IO_TESTS)
 
 
+@needs_bwrap
 @pytest.mark.parametrize("code", [
     "import sys\nsys.exit(0)",
     "import os\nos._exit(0)",
@@ -83,6 +96,7 @@ def test_code_that_exits_early_does_not_pass(code: str) -> None:
     assert not check_code(f"```python\n{code}\n```", IO_TESTS)
 
 
+@needs_bwrap
 def test_code_that_loops_is_stopped() -> None:
     started = time.monotonic()
     assert not check_code("```python\nwhile True:\n    pass\n```", PALINDROME_TESTS, timeout_s=2)
@@ -90,16 +104,18 @@ def test_code_that_loops_is_stopped() -> None:
     assert time.monotonic() - started < 15
 
 
+@needs_bwrap
 def test_code_that_prints_floods_or_eats_memory_fails_cleanly() -> None:
     assert not check_code("```python\nprint('x' * 10_000_000)\n```", IO_TESTS)
     assert not check_code("```python\nblob = bytearray(4 * 1024**3)\n```", PALINDROME_TESTS)
 
 
+@needs_bwrap
 def test_code_cannot_touch_the_callers_directory(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     attack = f"```python\nopen({str(marker)!r}, 'w').write('x')\n```"
-    check_code(attack, PALINDROME_TESTS)  # it may write where the OS lets it, but never passes
     assert not check_code(attack, PALINDROME_TESTS)
+    assert not marker.exists()
 
 
 def test_verify_dispatches_by_type() -> None:
@@ -107,10 +123,234 @@ def test_verify_dispatches_by_type() -> None:
     assert verify(tasks["smoke-math-1"], "17*23 = 391. ANSWER: 391")
     assert verify(tasks["smoke-sci-1"], "ANSWER: B") and not verify(tasks["smoke-sci-1"], "ANSWER: A")
     assert verify(tasks["smoke-gen-2"], "ANSWER: Au")
-    assert verify(tasks["smoke-code-1"], GOOD.replace("Abba", ""))
     assert not verify(tasks["smoke-math-1"], None)
     with pytest.raises(ValueError, match="unknown type"):
         verify({"id": "x", "type": "essay"}, "text")
+
+
+@needs_bwrap
+def test_verify_runs_code_tasks() -> None:
+    tasks = {t["id"]: t for t in datasets.load("bundled:smoke")}
+    assert verify(tasks["smoke-code-1"], GOOD.replace("Abba", ""))
+    assert verify(tasks["smoke-code-2"], "```python\nn = int(input())\na, b = 0, 1\nfor _ in range(n):\n"
+                                         "    a, b = b, a + b\nprint(a)\n```")  # fmt: skip
+    merge = ("def merge_intervals(intervals):\n    out = []\n    for lo, hi in sorted(intervals):\n"
+             "        if out and lo <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], hi)\n"
+             "        else:\n            out.append([lo, hi])\n    return out\n")  # fmt: skip
+    assert verify(tasks["smoke-code-3"], merge) and not verify(tasks["smoke-code-3"], merge.replace("<=", "<"))
+
+
+# ---------------------------------------------------------------------------------------- assert test shapes
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("solution", "tests", "expected"), [
+    ("def f(a, b):\n    return tuple(set(a) & set(b))", "assert set(f((3, 4, 5), (5, 7, 4))) == set((4, 5))", True),
+    ("def f(x):\n    return (x, [x])", "assert f(1) == (1, [1])\nassert f(2)[0] == 2\nassert f(3)[1:] == ([3],)", True),
+    ("def f(x):\n    return (x, [x])", "assert f(1) == [1, [1]]", False),  # a tuple is not a list
+    ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)",
+     "assert f() == (1, 2)\nassert f()[1] == 2", True),
+    ("import math\ndef area(r):\n    return math.pi * r * r",
+     "import math\nassert math.isclose(area(1), math.pi)\nassert abs(area(2) - 4 * math.pi) < 1e-9", True),
+    ("import math\nmath.pi = 0.0\ndef area(r):\n    return 0.0", "import math\nassert abs(area(1) - math.pi) < 1e-9",
+     False),  # the tests' math.pi is the checker's, whatever the solution did to its own
+    ("def f(k):\n    return {k: [1, 2]}", "assert f('a') == {'a': [1, 2]}\nassert 'a' in f('a')\nassert f('b')", True),
+    ("class Solution:\n    def add(self, a, b):\n        return a + b", "assert Solution().add(1, 2) == 3", True),
+    ("def f(x):\n    return x > 0", "assert f(1) is True\nassert f(-1) is False\nassert not f(0)\nassert f(2) or f(0)",
+     True),
+    ("def f(x):\n    return x", "assert f(1) < f(2) <= 2 != f(3)\nassert sorted([3, 1]) == f([1, 3])", True),
+    ("from collections import Counter\ndef f(s):\n    return Counter(s)", "assert f('aab') == {'a': 2, 'b': 1}", True),
+    ("def f():\n    return float('nan')", "assert f() != 1", False),  # not a literal: it never compares
+    ("def f():\n    raise ValueError\n", "assert f() == 1 or True", False),
+    ("def f():\n    return 2", "assert f() == 2, 'the message is ignored'", True),
+])  # fmt: skip
+def test_assert_shapes(solution: str, tests: str, expected: bool) -> None:
+    assert check_code(solution, tests) is expected
+
+
+@pytest.mark.parametrize(("tests", "message"), [
+    ("def check(candidate):\n    assert candidate(1) == 1", "line 1: only assert and import statements"),
+    ("x = 3\nassert f(x) == 1", "line 1: only assert and import"),
+    ("assert f(1)\nassert all(f(x) for x in [1, 2])", "line 2: unsupported in tests"),
+    ("assert f(1) == (lambda: 1)()", "unsupported in tests: `\\(lambda: 1\\)\\(\\)`"),
+    ("import numpy as np\nassert np.allclose(f(1), 1)", "line 2: unsupported in tests: `np.allclose"),
+    ("assert f(1) ** 2 == 1", "unsupported"),
+    ("from math import *\nassert f(1)", "only assert and import"),
+    ("import math", "no assert statements"),
+    ("assert f(1) ==", "not valid Python"),
+])  # fmt: skip
+def test_unsupported_test_shapes_are_errors_not_passes(tests: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        check_code(GOOD, tests)
+    with pytest.raises(ValueError, match="non-empty list"):
+        check_code(GOOD, [])
+
+
+# ------------------------------------------------------------------- adversarial code (each fooled the old checker)
+
+
+def right_only_if(leak: str, kind: str = "asserts") -> str:
+    """A reply that is right only when `leak` (code that sets LEAKED) got something out of the sandbox: the
+    verdict is the side channel, so True means an escape."""
+    guarded = f"try:\n{textwrap.indent(leak, '    ')}\nexcept Exception:\n    LEAKED = False\n"
+    if kind == "io":
+        return f"```python\n{guarded}a, b = map(int, input().split())\nprint(a + b if LEAKED else a - b)\n```"
+    return (f"```python\n{guarded}def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n"
+            "    return (t == t[::-1]) == LEAKED\n```")  # fmt: skip
+
+
+def processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+STACK_WALK = """
+import os, re, sys
+frame, found = sys._getframe(), set()
+while frame is not None:  # the old harness kept its success nonce in a local of the frame that ran the solution
+    found |= {v for v in frame.f_locals.values() if isinstance(v, str) and re.fullmatch("[0-9a-f]{32}", v)}
+    frame = frame.f_back
+for token in found:
+    sys.__stdout__.write("\\n" + token + "\\n")
+sys.__stdout__.flush()
+os._exit(0)
+"""
+FORGED_ANSWERS = """
+import json, os
+calls = json.load(open("calls.json"))["calls"]
+os.write(1, json.dumps([["ok", "True"]] * len(calls)).encode())
+os._exit(0)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("attack", [STACK_WALK, FORGED_ANSWERS])
+def test_code_cannot_forge_the_verdict(attack: str) -> None:
+    assert not check_code(f"```python\n{attack}\n```", PALINDROME_TESTS)
+
+
+@needs_bwrap
+def test_io_code_cannot_read_the_expected_outputs() -> None:
+    attack = (
+        "import glob, json, sys\ndata = sys.stdin.read()\n"
+        "for path in glob.glob('*.json'):  # the old harness kept tests.json in the solution's working directory\n"
+        "    cases = json.load(open(path)).get('cases', [])\n"
+        "    print(next(c['output'] for c in cases if c['input'] == data))\n"
+    )
+    assert not check_code(f"```python\n{attack}```", IO_TESTS)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("impostor", [
+    "class Yes:\n    def __eq__(self, other):\n        return True\n    def __bool__(self):\n        return True\n"
+    "def add(a, b):\n    return Yes()\n",
+    "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+    "def add(a, b):\n    return Yes(1)\n",
+])  # fmt: skip
+def test_objects_that_equal_everything_do_not_pass(impostor: str) -> None:
+    reply = f"```python\n{impostor}```"
+    assert not check_code(reply, "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(0, 1)")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ["asserts", "io"])
+def test_code_cannot_read_the_callers_environment(kind: str) -> None:
+    leak = (
+        "import glob\nLEAKED = False\nfor path in glob.glob('/proc/*/environ'):\n    try:\n"
+        "        LEAKED = LEAKED or b'CONDUCTOR_TEST_SECRET=' in open(path, 'rb').read()\n"
+        "    except OSError:\n        pass\n"
+    )
+    tests = PALINDROME_TESTS if kind == "asserts" else IO_TESTS
+    script = (
+        "import json, sys\nfrom conductor_mcp.learning import code_checks\n"
+        "print(code_checks.check_code(*json.load(sys.stdin)))"
+    )
+    env = os.environ | {"CONDUCTOR_TEST_SECRET": secrets.token_hex(8)}  # in the checker's environ from its exec
+    run = subprocess.run([sys.executable, "-c", script], input=json.dumps([right_only_if(leak, kind), tests]),
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"
+
+
+@needs_bwrap
+def test_code_cannot_read_host_files(tmp_path: Path) -> None:
+    assert not check_code(right_only_if("LEAKED = 'root:' in open('/etc/passwd').read()"), PALINDROME_TESTS)
+    private = tmp_path / "notes.txt"  # any file the caller can read
+    private.write_text("secret")
+    assert not check_code(right_only_if(f"LEAKED = open({str(private)!r}).read() == 'secret'"), PALINDROME_TESTS)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ["asserts", "io"])
+def test_code_cannot_reach_a_local_listener(kind: str) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        leak = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).close()\nLEAKED = True\n"
+        assert not check_code(right_only_if(leak, kind), PALINDROME_TESTS if kind == "asserts" else IO_TESTS)
+
+
+@needs_bwrap
+def test_files_written_to_tmp_do_not_outlive_the_check() -> None:
+    token = secrets.token_hex(6)
+    fill = f"for i in range(30):\n    open(f'/tmp/conductor-exploit-{token}-{{i}}', 'wb').write(b'x' * 2**20)\n"
+    try:
+        check_code(f"```python\n{fill}def is_palindrome(s):\n    return s == s[::-1]\n```", PALINDROME_TESTS)
+        assert list(Path("/tmp").glob(f"conductor-exploit-{token}-*")) == []
+    finally:
+        for path in Path("/tmp").glob(f"conductor-exploit-{token}-*"):
+            path.unlink()
+
+
+@needs_bwrap
+def test_a_detached_grandchild_dies_with_the_check(tmp_path: Path) -> None:
+    marker, token = tmp_path / "written-late", f"conductor-grandchild-{secrets.token_hex(6)}"
+    late_write = f"import time; time.sleep(2); open({str(marker)!r}, 'w').write('x'); time.sleep(30)"
+    attack = (
+        "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', {late_write!r}, {token!r}])\n"
+        "    os._exit(0)\nwhile True:\n    pass\n"
+    )
+    started = time.monotonic()
+    try:
+        assert not check_code(f"```python\n{attack}```", PALINDROME_TESTS, timeout_s=2)
+        time.sleep(0.3)
+        assert processes_with(token) == []
+        time.sleep(max(0.0, started + 4.5 - time.monotonic()))
+        assert not marker.exists()
+    finally:
+        for pid in processes_with(token):
+            os.kill(pid, 9)
+
+
+@needs_bwrap
+def test_a_fork_bomb_is_bounded() -> None:
+    leak = (
+        "import os, time\nchildren = 0\nfor _ in range(150):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(3)\n        os._exit(0)\n"
+        "    children += 1\nLEAKED = children >= 100\n"
+    )
+    assert not check_code(right_only_if(leak), PALINDROME_TESTS)
+
+
+@needs_bwrap
+def test_io_code_passes_while_its_user_runs_100_other_processes() -> None:
+    user = 65534 if os.geteuid() == 0 else None  # for a root caller the sandbox runs as the host's uid 65534
+    sleepers = [subprocess.Popen(["sleep", "30"], user=user) for _ in range(100)]
+    try:
+        assert check_code("```python\na, b = map(int, input().split())\nprint(a + b)\n```", IO_TESTS)
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
 
 
 # ------------------------------------------------------------------------------------------------ datasets
