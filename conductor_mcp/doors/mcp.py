@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from conductor_mcp import __version__
@@ -25,6 +25,7 @@ from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.request import POOL_NAME, ContextText, FeedbackText, PoolName, RunRequest, StepLimit, TaskText
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.results import (
+    Detail,
     PlanResult,
     PoolsResult,
     RunResult,
@@ -65,6 +66,13 @@ WaitArg = Annotated[
 RunIdArg = Annotated[str, Field(min_length=1, max_length=64, description="A run id returned by an earlier call.")]
 MaxUsdArg = Annotated[float | None, Field(gt=0, description="Stop before a call that would exceed this cost.")]
 MaxTokensArg = Annotated[int | None, Field(ge=1, description="Stop before a call that would exceed this.")]
+DetailArg = Annotated[
+    Detail,
+    Field(
+        description="'summary' (default): the answer, totals and a short summary per step, each step's full record "
+        "a resource link away; 'full': every step's whole output too (large)."
+    ),
+]
 SelfCorrectArg = Annotated[
     bool | None, Field(description="After the workflow, let the conductor review the team's work once and correct it.")
 ]
@@ -110,9 +118,11 @@ async def serve_stdio(service: Service) -> None:
 
 def _register_run_tools(server: MCPServer, service: Service) -> None:
     @server.tool(
+        title="Orchestrate a team of LLMs",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
         description="Solve a hard task with a team of LLMs: a conductor plans a short workflow over the pool's "
         "workers and the server runs it (independent steps in parallel). Returns the answer, the run id, totals "
-        "(tokens, USD, time) and a per-step transcript. If status is 'running', call continue_workflow."
+        "(tokens, USD, time) and a per-step transcript. If status is 'running', call continue_workflow.",
     )
     async def orchestrate(
         task: TaskText,
@@ -124,6 +134,7 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
         max_usd: MaxUsdArg = None,
         max_tokens: MaxTokensArg = None,
         self_correct: SelfCorrectArg = None,
+        detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
             request = RunRequest.of(
@@ -132,11 +143,13 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
             )  # fmt: skip
             run = service.start(request)
         run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
-        return run_result(run)
+        return run_result(run, detail)
 
     @server.tool(
+        title="Plan a workflow (no worker is called)",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
         description="Show the workflow the conductor would use for a task, with an estimated cost range, "
-        "without running it (no worker is called). The plan is stored: continue_workflow runs it."
+        "without running it (no worker is called). The plan is stored: continue_workflow runs it.",
     )
     async def plan(
         task: TaskText, ctx: Context, pool: PoolName = None, max_steps: StepLimit = None, context: ContextText = None
@@ -149,21 +162,31 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
         return plan_result(run, pool_, estimate_cost(run.workflow, pool_, run.task, run.context))
 
     @server.tool(
+        title="Continue, resume or correct a run",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
         description="Continue a run: collect a run still going (waits up to wait_seconds), resume an interrupted "
         "or failed one without repeating finished steps, run a stored plan, or, with feedback, start a follow-up "
-        "run in which the conductor reviews the team's earlier work with your feedback and corrects it."
+        "run in which the conductor reviews the team's earlier work with your feedback and corrects it.",
     )
     async def continue_workflow(
-        run_id: RunIdArg, ctx: Context, feedback: FeedbackText = None, wait_seconds: WaitArg = DEFAULT_WAIT_S
+        run_id: RunIdArg,
+        ctx: Context,
+        feedback: FeedbackText = None,
+        wait_seconds: WaitArg = DEFAULT_WAIT_S,
+        detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
             run = service.continue_run(run_id, feedback)
         run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
-        return run_result(run)
+        return run_result(run, detail)
 
 
 def _register_read_tools(server: MCPServer, service: Service) -> None:
-    @server.tool(description="List recent runs, newest first, with their status.")
+    @server.tool(
+        title="List recent runs",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        description="List recent runs, newest first, with their status.",
+    )
     def runs(
         limit: Annotated[int, Field(ge=1, le=100, description="How many runs to list.")] = 10,
         status: Annotated[
@@ -174,7 +197,11 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         with tool_errors():
             return runs_result(service.list_runs(limit, status))
 
-    @server.tool(description="List the pools of workers available, with each worker's strengths.")
+    @server.tool(
+        title="List pools of workers",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        description="List the pools of workers available, with each worker's strengths.",
+    )
     def pools() -> PoolsResult:
         infos = [pool_info(s, None if s.error else service.pool(s.name)) for s in service.pools()]
         return PoolsResult(default_pool=service.default_pool_name(), pools=infos)

@@ -5,7 +5,10 @@ A calling model reads these: the answer comes first, then how it was reached, th
 
 from __future__ import annotations
 
-from mcp.types import CallToolResult, TextContent
+import json
+from typing import Literal
+
+from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel, Field
 
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
@@ -16,23 +19,53 @@ from conductor_mcp.pools import PoolSummary
 from conductor_mcp.runs.render import to_markdown
 
 MARKDOWN_LIMIT = 30_000  # characters, about 8,000 tokens
+ANSWER_LIMIT_CHARS = 40_000  # about 10,000 tokens: with the step summaries a result stays under ~20,000 tokens
+OUTPUT_EXCERPT_CHARS = 300
+INSTRUCTION_EXCERPT_CHARS = 300
+Detail = Literal["summary", "full"]
+
+
+class StepSummary(BaseModel):
+    """One step as a calling model first needs it; its full output and exact messages are at `uri`."""
+
+    key: str = Field(description="the step's key: its index, nested as 'parent.index' for corrective workflows")
+    worker: str = Field(description="the id the conductor used, with the pool's id when anonymised")
+    worker_id: str
+    model: str
+    answered_by: str | None = None
+    instruction: str
+    access: list[int]
+    status: str
+    tokens: int
+    cost_usd: float
+    latency_s: float
+    attempts: int
+    error: str | None = None
+    inherited_from: str | None = None
+    output: str | None = Field(description="the output: whole with detail='full', else its first characters")
+    output_chars: int = Field(description="the length of the whole output")
+    uri: str = Field(description="the step's resource: full output and the exact messages its worker received")
 
 
 class RunResult(BaseModel):
-    """A run as a calling model needs it: the answer first, then how it was reached."""
+    """A run as a calling model needs it: the answer first, then what to do next, then how it was reached."""
 
-    run_id: str
+    answer: str | None = Field(
+        description="the final answer (the last step's output), partial if not done; cut past a limit, with a "
+        "pointer to the rest"
+    )
+    answer_chars: int = Field(description="the length of the whole answer")
     status: RunStatus = Field(description="done, running (call continue_workflow), failed, cancelled, interrupted")
-    answer: str | None = Field(description="the final answer (the last step's output); partial if not done")
-    error: str | None = None
     next_action: str = Field(description="what to do next, if anything")
+    run_id: str
+    error: str | None = None
+    totals: Totals
     pool: str
     parent_run_id: str | None = None
     reasoning: str | None = Field(default=None, description="the conductor's reasoning for its workflow")
     fallback_reason: str | None = None
     repairs: list[str] = Field(default_factory=list, description="faults in the conductor's output that were fixed")
-    totals: Totals
-    steps: list[StepRecord]
+    steps: list[StepSummary]
     transcript_uri: str
 
 
@@ -107,30 +140,61 @@ def _next_action(run: Run) -> str:
     return actions.get(run.status, "None: the answer is final. Give feedback via continue_workflow to improve it.")
 
 
-def run_result(run: Run) -> CallToolResult:
-    """The MCP result of a run: markdown text (answer first) and the structured transcript."""
+def _cut(text: str, limit: int, pointer: str) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}\n[... {len(text) - limit} more characters: {pointer}]"
+
+
+def step_uri(run_id: str, key: str) -> str:
+    return f"conductor://runs/{run_id}/steps/{key}"
+
+
+def step_summary(run: Run, step: StepRecord, detail: Detail) -> StepSummary:
+    full = detail == "full"
+    output = step.output or ""
+    return StepSummary(
+        key=step.key, worker=step.label(), worker_id=step.worker_id, model=step.model, answered_by=step.answered_by,
+        instruction=step.instruction if full else _cut(step.instruction, INSTRUCTION_EXCERPT_CHARS, "see uri"),
+        access=step.access, status=step.status, tokens=step.prompt_tokens + step.completion_tokens,
+        cost_usd=step.cost_usd, latency_s=step.latency_s, attempts=len(step.attempts), error=step.error,
+        inherited_from=step.inherited_from, output=(output if full else output[:OUTPUT_EXCERPT_CHARS]) or None,
+        output_chars=len(output), uri=step_uri(run.id, step.key),
+    )  # fmt: skip
+
+
+def run_result(run: Run, detail: Detail = "summary") -> CallToolResult:
+    """The MCP result of a run. Structured content (all that some hosts show their model): the answer first, cut
+    at ANSWER_LIMIT_CHARS, and a summary per step; each step is also a resource link to its full record. Text
+    content: a markdown summary for hosts that show it. detail="full" puts whole outputs in, for callers that
+    want everything (and asks Claude Code for room with its result-size hint)."""
+    transcript = f"conductor://runs/{run.id}"
+    answer = run.answer or ""
     result = RunResult(
-        run_id=run.id,
-        status=run.status,
-        answer=run.answer,
-        error=run.error,
-        next_action=_next_action(run),
-        pool=run.pool,
-        parent_run_id=run.parent_id,
-        reasoning=run.workflow.reasoning if run.workflow else None,
-        fallback_reason=run.fallback_reason,
+        answer=_cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or call with detail='full'") if detail == "summary"
+        else answer or None,
+        answer_chars=len(answer), status=run.status, next_action=_next_action(run), run_id=run.id, error=run.error,
+        totals=run.totals, pool=run.pool, parent_run_id=run.parent_id,
+        reasoning=run.workflow.reasoning if run.workflow else None, fallback_reason=run.fallback_reason,
         repairs=[f"{r.fault} -> {r.action}" for r in run.repairs],
-        totals=run.totals,
-        steps=run.steps,
-        transcript_uri=f"conductor://runs/{run.id}",
-    )
+        steps=[step_summary(run, step, detail) for step in run.steps], transcript_uri=transcript,
+    )  # fmt: skip
+    if result.answer == "":
+        result.answer = None
     markdown = to_markdown(run, answer_limit=12_000)
     if run.status != "done":
         markdown += f"\n**Next:** {result.next_action}\n"
     if len(markdown) > MARKDOWN_LIMIT:
-        markdown = markdown[:MARKDOWN_LIMIT] + f"\n\n… cut; the full transcript is at {result.transcript_uri}\n"
+        markdown = markdown[:MARKDOWN_LIMIT] + f"\n\n… cut; the full transcript is at {transcript}\n"
+    links = [
+        ResourceLink(
+            type="resource_link", uri=step_uri(run.id, s.key), name=f"step {s.key}", mime_type="application/json",
+            description=f"step {s.key} ({s.label()}): full output and the exact messages it received",
+        )
+        for s in run.steps
+    ]  # fmt: skip
+    structured = result.model_dump(mode="json")
+    meta = {"anthropic/maxResultSizeChars": min(500_000, 2 * len(json.dumps(structured)))} if detail == "full" else None
     return CallToolResult(
-        content=[TextContent(type="text", text=markdown)], structured_content=result.model_dump(mode="json")
+        content=[TextContent(type="text", text=markdown), *links], structured_content=structured, meta=meta
     )
 
 
