@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     pool_path: Annotated[tuple[Path, ...], NoDecode] = Field(
         default=(), description="extra pool directories, os.pathsep-separated; searched before the built-in pools"
     )
+    roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(), description="directories `files` may be read from when a client declares no roots; unset: cwd"
+    )
     pool: str | None = Field(default=None, description="the default pool; unset: the first pool whose keys are all set")
     log_level: str = Field(default="info", description="log level on stderr")
     step_timeout_s: float = Field(default=600.0, gt=0, description="deadline of one step, retries included")
@@ -51,7 +54,7 @@ class Settings(BaseSettings):
     sim_time_scale: float | None = Field(default=None, ge=0, description="overrides every sim pool's time_scale")
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
 
-    @field_validator("pool_path", mode="before")
+    @field_validator("pool_path", "roots", mode="before")
     @classmethod
     def _split_path(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -86,6 +89,11 @@ class Settings(BaseSettings):
     def pool_dirs(self) -> tuple[Path, ...]:
         """The pool search path: the user's directories first (they may shadow a built-in pool)."""
         return (*self.pool_path, builtin_pool_dir())
+
+    @property
+    def file_roots(self) -> list[Path]:
+        """Where `files` may be read from when the client declares no roots."""
+        return list(self.roots) or [Path.cwd()]
 
     @property
     def db_path(self) -> Path:

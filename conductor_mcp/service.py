@@ -97,6 +97,7 @@ class Service:
             id=new_run_id(),
             task=request.task,
             context=request.context or None,
+            files=list(request.files),
             metadata=dict(request.metadata),
             pool=pool.name,
             pool_digest=pool.digest(),

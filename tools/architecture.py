@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("models", "runs"),
     ("engine",),
-    ("pools", "service"),
+    ("pools", "service", "context_files"),
     ("learning", "doors"),
     ("cli", "__main__"),
 )

@@ -115,6 +115,13 @@ def _one_step_example(worker: str) -> dict[str, Any]:
     }
 
 
+def with_files(context: str | None, files: list[tuple[str, str]]) -> str | None:
+    """The caller's context followed by the files it named, each marked with its path."""
+    parts = [context] if context else []
+    parts += [f"## File: {path}\n```\n{text}\n```" for path, text in files]
+    return "\n\n".join(parts) or None
+
+
 def task_prompt(task: str, context: str | None) -> str:
     text = f"Task:\n{task}"
     if context:

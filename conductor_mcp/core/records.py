@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, Field
 
 from conductor_mcp.core.pool import CONDUCTOR_ID
-from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Workflow
 
@@ -94,6 +94,7 @@ class Run(BaseModel):
     id: str
     task: str
     context: str | None = None
+    files: list[FileRef] = Field(default_factory=list, description="files read into the context: path, size, sha256")
     metadata: dict[str, Any] = Field(default_factory=dict)
     pool: str
     pool_digest: str
@@ -128,7 +129,7 @@ class Run(BaseModel):
         """The request this run carries out (a follow-up copies it with changes)."""
         return RunRequest(
             task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
-            budget=self.budget, self_correct=self.self_correct,
+            budget=self.budget, self_correct=self.self_correct, files=tuple(self.files),
         )  # fmt: skip
 
     def inherited_origin(self, step: StepRecord) -> str:

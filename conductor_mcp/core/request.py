@@ -56,6 +56,24 @@ PoolName = Annotated[
 ]
 
 
+class FileRef(BaseModel):
+    """A file a caller named, as the run records it: what every worker saw, checkable later."""
+
+    path: str
+    size: int = Field(description="bytes")
+    sha256: str
+
+
+FilesArg = Annotated[
+    list[str] | None,
+    Field(
+        max_length=50,
+        description="Paths of text files the workers need (read by the server, each shown with its path). They "
+        "must lie inside your roots (or the server's working directory); counts toward the context limit.",
+    ),
+]
+
+
 class RunRequest(BaseModel):
     """A run as the caller asked for it. `pool` may also be a YAML path where the door allows one (the CLI)."""
 
@@ -68,6 +86,7 @@ class RunRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict, description="task metadata (the simulator's reference)")
     budget: Budget = Field(default_factory=Budget)
     self_correct: bool | None = Field(default=None, description="None: the pool's setting")
+    files: tuple[FileRef, ...] = Field(default=(), description="files read into the context, for the record")
 
     @field_validator("task")
     @classmethod

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -21,8 +23,20 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from conductor_mcp import __version__
+from conductor_mcp.context_files import read_context_files, roots_from_uris
 from conductor_mcp.core.events import ProgressEvent
-from conductor_mcp.core.request import POOL_NAME, ContextText, FeedbackText, PoolName, RunRequest, StepLimit, TaskText
+from conductor_mcp.core.prompts import with_files
+from conductor_mcp.core.request import (
+    POOL_NAME,
+    ContextText,
+    FeedbackText,
+    FileRef,
+    FilesArg,
+    PoolName,
+    RunRequest,
+    StepLimit,
+    TaskText,
+)
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.results import (
     Detail,
@@ -37,8 +51,11 @@ from conductor_mcp.doors.results import (
 )
 from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.errors import ConductorError, PoolError
+from conductor_mcp.logs import get_logger
 from conductor_mcp.runs.render import to_markdown
 from conductor_mcp.service import Service
+
+log = get_logger(__name__)
 
 HEARTBEAT_S = 10.0
 DEFAULT_WAIT_S = 45.0  # below the ~60 s at which Claude Desktop and older Codex versions cut a tool call
@@ -87,6 +104,32 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from None
 
 
+async def client_roots(ctx: Context) -> list[Path] | None:
+    """The client's declared roots (local directories), or None when it declares none or cannot be asked."""
+    capabilities = ctx.session.client_capabilities
+    if capabilities is None or capabilities.roots is None or not ctx.session.can_send_request:
+        return None  # 2026-07-28-era connections have no roots (SEP-2577): the server's roots apply
+    try:
+        with warnings.catch_warnings():  # roots are deprecated in the 2026-07-28 era, and still what hosts send
+            warnings.simplefilter("ignore")
+            listed = await ctx.session.list_roots()
+    except Exception as exc:  # a client that declared roots but cannot answer: fall back to the server's
+        log.warning("client_roots_unavailable", error=f"{type(exc).__name__}: {exc}")
+        return None
+    return roots_from_uris([str(root.uri) for root in listed.roots])
+
+
+async def context_with_files(
+    ctx: Context, service: Service, context: str | None, files: list[str] | None
+) -> tuple[str | None, tuple[FileRef, ...]]:
+    """The caller's context with the named files appended (each marked with its path), and their records."""
+    if not files:
+        return context, ()
+    roots = await client_roots(ctx) or service.settings.file_roots
+    read = read_context_files(files, roots, len(context or ""))
+    return with_files(context, [(f.ref.path, f.text) for f in read]), tuple(f.ref for f in read)
+
+
 class ProgressRelay:
     """Turns run events into MCP progress notifications; `progress` only grows, as the protocol requires."""
 
@@ -102,7 +145,8 @@ class ProgressRelay:
 
 def build_server(service: Service) -> MCPServer:
     server = MCPServer("conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
-    _register_run_tools(server, service)
+    _register_orchestrate(server, service)
+    _register_plan_and_continue(server, service)
     _register_read_tools(server, service)
     _register_resources(server, service)
     return server
@@ -116,7 +160,7 @@ async def serve_stdio(service: Service) -> None:
         await service.close()
 
 
-def _register_run_tools(server: MCPServer, service: Service) -> None:
+def _register_orchestrate(server: MCPServer, service: Service) -> None:
     @server.tool(
         title="Orchestrate a team of LLMs",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
@@ -130,6 +174,7 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
         pool: PoolName = None,
         max_steps: StepLimit = None,
         context: ContextText = None,
+        files: FilesArg = None,
         wait_seconds: WaitArg = DEFAULT_WAIT_S,
         max_usd: MaxUsdArg = None,
         max_tokens: MaxTokensArg = None,
@@ -137,14 +182,17 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
         detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
+            context, file_refs = await context_with_files(ctx, service, context, files)
             request = RunRequest.of(
                 task=task, pool=pool, max_steps=max_steps, context=context, self_correct=self_correct,
-                budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
+                budget=Budget(max_tokens=max_tokens, max_usd=max_usd), files=file_refs,
             )  # fmt: skip
             run = service.start(request)
         run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
         return run_result(run, detail)
 
+
+def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
     @server.tool(
         title="Plan a workflow (no worker is called)",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
@@ -152,10 +200,16 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
         "without running it (no worker is called). The plan is stored: continue_workflow runs it.",
     )
     async def plan(
-        task: TaskText, ctx: Context, pool: PoolName = None, max_steps: StepLimit = None, context: ContextText = None
+        task: TaskText,
+        ctx: Context,
+        pool: PoolName = None,
+        max_steps: StepLimit = None,
+        context: ContextText = None,
+        files: FilesArg = None,
     ) -> PlanResult:
         with tool_errors():
-            request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context)
+            context, file_refs = await context_with_files(ctx, service, context, files)
+            request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs)
             run = await service.plan(request, on_event=ProgressRelay(ctx))
         pool_ = service.pool(run.pool)
         assert run.workflow is not None

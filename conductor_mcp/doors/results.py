@@ -193,9 +193,11 @@ def run_result(run: Run, detail: Detail = "summary") -> CallToolResult:
     ]  # fmt: skip
     structured = result.model_dump(mode="json")
     meta = {"anthropic/maxResultSizeChars": min(500_000, 2 * len(json.dumps(structured)))} if detail == "full" else None
-    return CallToolResult(
-        content=[TextContent(type="text", text=markdown), *links], structured_content=structured, meta=meta
+    answer_first = CallToolResult(
+        content=[TextContent(type="text", text=markdown), *links], structured_content=structured
     )
+    answer_first.meta = meta  # a field whose wire name is `_meta`
+    return answer_first
 
 
 def plan_result(run: Run, pool: Pool, estimate: CostEstimate) -> PlanResult:
