@@ -168,17 +168,14 @@ def run_result(run: Run, detail: Detail = "summary") -> CallToolResult:
     want everything (and asks Claude Code for room with its result-size hint)."""
     transcript = f"conductor://runs/{run.id}"
     answer = run.answer or ""
+    shown = answer if detail == "full" else _cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or detail='full'")
     result = RunResult(
-        answer=_cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or call with detail='full'") if detail == "summary"
-        else answer or None,
-        answer_chars=len(answer), status=run.status, next_action=_next_action(run), run_id=run.id, error=run.error,
+        answer=shown or None, answer_chars=len(answer), status=run.status, next_action=_next_action(run), run_id=run.id, error=run.error,
         totals=run.totals, pool=run.pool, parent_run_id=run.parent_id,
         reasoning=run.workflow.reasoning if run.workflow else None, fallback_reason=run.fallback_reason,
         repairs=[f"{r.fault} -> {r.action}" for r in run.repairs],
         steps=[step_summary(run, step, detail) for step in run.steps], transcript_uri=transcript,
     )  # fmt: skip
-    if result.answer == "":
-        result.answer = None
     markdown = to_markdown(run, answer_limit=12_000)
     if run.status != "done":
         markdown += f"\n**Next:** {result.next_action}\n"

@@ -63,7 +63,7 @@ async def test_an_answer_past_the_limit_is_cut_with_a_pointer(service: Service, 
     async with Client(build_server(service)) as client:
         data = (await client.call_tool("orchestrate", {"task": "t", "pool": pool})).structured_content
     assert data["answer_chars"] == 60_000 and len(data["answer"]) < 41_000
-    assert f"conductor://runs/{data['run_id']}" in data["answer"][-200:] and "detail='full'" in data["answer"]
+    assert f"conductor://runs/{data['run_id']}" in data["answer"][-200:] and "detail='full'" in data["answer"][-200:]
 
 
 async def test_tools_carry_titles_and_annotations(service: Service) -> None:
