@@ -170,7 +170,8 @@ def run_result(run: Run, detail: Detail = "summary") -> CallToolResult:
     answer = run.answer or ""
     shown = answer if detail == "full" else _cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or detail='full'")
     result = RunResult(
-        answer=shown or None, answer_chars=len(answer), status=run.status, next_action=_next_action(run), run_id=run.id, error=run.error,
+        answer=shown or None, answer_chars=len(answer), status=run.status, next_action=_next_action(run),
+        run_id=run.id, error=run.error,
         totals=run.totals, pool=run.pool, parent_run_id=run.parent_id,
         reasoning=run.workflow.reasoning if run.workflow else None, fallback_reason=run.fallback_reason,
         repairs=[f"{r.fault} -> {r.action}" for r in run.repairs],
