@@ -42,6 +42,7 @@ class StepSummary(BaseModel):
     attempts: int
     error: str | None = None
     inherited_from: str | None = None
+    messages_digest: str | None = Field(default=None, description="identifies the exact messages the worker got")
     output: str | None = Field(description="the output: whole with detail='full', else its first characters")
     output_chars: int = Field(description="the length of the whole output")
     uri: str = Field(description="the step's resource: full output and the exact messages its worker received")
@@ -156,7 +157,8 @@ def step_summary(run: Run, step: StepRecord, detail: Detail) -> StepSummary:
         instruction=step.instruction if full else _cut(step.instruction, INSTRUCTION_EXCERPT_CHARS, "see uri"),
         access=step.access, status=step.status, tokens=step.prompt_tokens + step.completion_tokens,
         cost_usd=step.cost_usd, latency_s=step.latency_s, attempts=len(step.attempts), error=step.error,
-        inherited_from=step.inherited_from, output=(output if full else output[:OUTPUT_EXCERPT_CHARS]) or None,
+        inherited_from=step.inherited_from, messages_digest=step.messages_digest,
+        output=(output if full else output[:OUTPUT_EXCERPT_CHARS]) or None,
         output_chars=len(output), uri=step_uri(run.id, step.key),
     )  # fmt: skip
 
