@@ -108,7 +108,7 @@ class TasksExtension(Extension):
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.details: dict[str, Detail] = {}  # task id -> the detail its tool call asked for (else summary)
+        self.details: dict[str, Detail] = {}  # task id -> the detail its tool call asked for, if not summary
 
     def methods(self) -> list[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -134,7 +134,8 @@ class TasksExtension(Extension):
         run = handover.run
         if run is None or run.status != "running":
             return result
-        self.details[run.id] = handover.detail
+        if handover.detail != "summary":
+            self.details[run.id] = handover.detail  # kept only when it differs from tasks/get's default
         return {"resultType": "task", **self.task(run)}  # the run is stored: tasks/get resolves it already
 
     def task(self, run: Run) -> dict[str, Any]:

@@ -150,6 +150,10 @@ def test_stdio_orchestrate_as_a_task_then_polled_to_its_result(stdio_client: Std
     assert result["isError"] is False and result["structuredContent"]["status"] == "done"
     assert result["structuredContent"]["run_id"] == created["taskId"] and result["content"][0]["type"] == "text"
 
+    full = client.request("tools/call", {"name": "orchestrate", "arguments": {**MATH, "detail": "full"}})
+    full_result = client.poll(full["taskId"])[-1]["result"]  # the detail asked for holds for the task's result
+    assert full_result["_meta"]["anthropic/maxResultSizeChars"] > 0 and "_meta" not in result
+
     update = client.request("tasks/update", {"taskId": created["taskId"], "inputResponses": {}})
     assert update["resultType"] == "complete"  # an empty ack: a run never asks for input
     unknown = client.send("tasks/get", {"taskId": "no-such-task"})
