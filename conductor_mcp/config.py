@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     server_max_usd: float | None = Field(default=None, gt=0, description="USD this process may spend on all runs")
     http_token: str | None = Field(default=None, description="bearer token the HTTP server requires", repr=False)
     retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
+    task_poll_ms: int = Field(default=2000, ge=50, description="pollIntervalMs a Tasks client is asked to keep")
     sim_time_scale: float | None = Field(default=None, ge=0, description="overrides every sim pool's time_scale")
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
 

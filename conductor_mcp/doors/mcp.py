@@ -26,6 +26,7 @@ from conductor_mcp import __version__
 from conductor_mcp.context_files import read_context_files, roots_from_uris
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.prompts import with_files
+from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import (
     POOL_NAME,
     ContextText,
@@ -49,6 +50,7 @@ from conductor_mcp.doors.results import (
     run_result,
     runs_result,
 )
+from conductor_mcp.doors.tasks import TasksExtension, hand_over
 from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.logs import get_logger
@@ -143,8 +145,19 @@ class ProgressRelay:
         await self.ctx.report_progress(self.count, None, f"{event.message}{total}")
 
 
+async def collect(service: Service, run: Run, wait_seconds: float, detail: Detail, ctx: Context) -> CallToolResult:
+    """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
+    other waits up to `wait_seconds`."""
+    if not hand_over(run, detail):
+        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
+    return run_result(run, detail)
+
+
 def build_server(service: Service) -> MCPServer:
-    server = MCPServer("conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = MCPServer(
+        "conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        extensions=[TasksExtension(service)],
+    )  # fmt: skip
     _register_orchestrate(server, service)
     _register_plan_and_continue(server, service)
     _register_read_tools(server, service)
@@ -188,8 +201,7 @@ def _register_orchestrate(server: MCPServer, service: Service) -> None:
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd), files=file_refs,
             )  # fmt: skip
             run = service.start(request)
-        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
-        return run_result(run, detail)
+        return await collect(service, run, wait_seconds, detail, ctx)
 
 
 def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
@@ -231,8 +243,7 @@ def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
             run = service.continue_run(run_id, feedback)
-        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
-        return run_result(run, detail)
+        return await collect(service, run, wait_seconds, detail, ctx)
 
 
 def _register_read_tools(server: MCPServer, service: Service) -> None:

@@ -1,0 +1,184 @@
+"""MCP Tasks (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a run is a task.
+
+A client that declares the extension on a 2026-07-28-era request gets `orchestrate` and `continue_workflow`
+answered at once with a task (`resultType: "task"`, the task id is the run id) instead of a blocking call; it
+polls `tasks/get` for the status and, once the run has finished, the same CallToolResult the tool returns;
+`tasks/cancel` cancels the run (its finished steps are kept). Every other client gets the tools as they are
+(`wait_seconds`, then `continue_workflow`). The tools' own code runs in both cases: in task mode a tool starts
+its run and hands it over (`hand_over`) instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams, RequestParams
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types.methods import serialize_server_result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field
+
+from conductor_mcp.core.records import Run, RunStatus
+from conductor_mcp.doors.results import Detail, run_result
+from conductor_mcp.errors import ConductorError, RunNotFound
+from conductor_mcp.service import Service
+
+TASKS = "io.modelcontextprotocol/tasks"
+TASK_TOOLS = frozenset({"orchestrate", "continue_workflow"})
+
+# Run status -> task status. A failed run is a tool result (the tool returns it, as any run), so its task is
+# `completed` with that result: the SEP keeps `failed` for JSON-RPC errors. An interrupted run (its server
+# stopped) is the one case where the call itself failed.
+TASK_STATUS: dict[RunStatus, str] = {
+    "planned": "completed",
+    "running": "working",
+    "done": "completed",
+    "failed": "completed",
+    "cancelled": "cancelled",
+    "interrupted": "failed",
+}
+
+TaskId = Annotated[str, Field(alias="taskId", min_length=1, max_length=64, description="a run id, as a task named it")]
+
+
+class TaskParams(RequestParams):
+    """`tasks/get` and `tasks/cancel` params."""
+
+    task_id: TaskId
+
+
+class UpdateTaskParams(RequestParams):
+    """`tasks/update` params: answers to a task's `inputRequests` (a run never asks for any)."""
+
+    task_id: TaskId
+    input_responses: dict[str, Any] = Field(default_factory=dict, alias="inputResponses")
+
+
+@dataclass
+class Handover:
+    """What a tool in task mode hands the interceptor: the run it started and the detail asked for."""
+
+    run: Run | None = None
+    detail: Detail = "summary"
+
+
+_handover: ContextVar[Handover | None] = ContextVar("conductor_task_handover", default=None)
+
+
+def hand_over(run: Run, detail: Detail) -> bool:
+    """In a task-mode call, give the started run to the interceptor and return True (the tool does not wait)."""
+    handover = _handover.get()
+    if handover is None:
+        return False
+    handover.run, handover.detail = run, detail
+    return True
+
+
+def declared(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request may get a task: a 2026-07-28-era request that declares the extension (the SEP
+    defines it for no earlier protocol version)."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and TASKS in (capabilities.extensions or {})
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """The error tree as a tasks/* caller reads it: a JSON-RPC invalid-params error with the message."""
+    try:
+        yield
+    except RunNotFound as exc:
+        raise MCPError(code=INVALID_PARAMS, message=f"taskId: no task {exc.run_id!r} on this server") from None
+    except ConductorError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+
+
+class TasksExtension(Extension):
+    """Serves `orchestrate` and `continue_workflow` as tasks to clients that declare the extension."""
+
+    identifier = TASKS
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.details: dict[str, Detail] = {}  # task id -> the detail its tool call asked for, if not summary
+
+    def methods(self) -> list[MethodBinding]:
+        modern = frozenset(MODERN_PROTOCOL_VERSIONS)
+        return [
+            MethodBinding("tasks/get", TaskParams, self.get, modern),
+            MethodBinding("tasks/update", UpdateTaskParams, self.update, modern),
+            MethodBinding("tasks/cancel", TaskParams, self.cancel, modern),
+        ]
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Run the tool in task mode; a run still going becomes a CreateTaskResult, anything else (an error,
+        a run already finished) is the tool's own result."""
+        if params.name not in TASK_TOOLS or not declared(ctx):
+            return await call_next(ctx)
+        handover = Handover()
+        token = _handover.set(handover)
+        try:
+            result = await call_next(ctx)
+        finally:
+            _handover.reset(token)
+        run = handover.run
+        if run is None or run.status != "running":
+            return result
+        if handover.detail != "summary":
+            self.details[run.id] = handover.detail  # kept only when it differs from tasks/get's default
+        return {"resultType": "task", **self.task(run)}  # the run is stored: tasks/get resolves it already
+
+    def task(self, run: Run) -> dict[str, Any]:
+        """The SEP's Task for a run: status, a message, times; runs are kept, so the ttl is unlimited."""
+        finished = sum(1 for s in run.steps if s.status == "done")
+        message = f"{run.status}: {finished}/{len(run.steps)} steps done" + (f"; {run.error}" if run.error else "")
+        return {
+            "taskId": run.id,
+            "status": TASK_STATUS[run.status],
+            "statusMessage": message,
+            "createdAt": run.created_at,
+            "lastUpdatedAt": run.updated_at,
+            "ttlMs": None,
+            "pollIntervalMs": self.service.settings.task_poll_ms,
+        }
+
+    async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        """`tasks/get`: the task's state and, when it has finished, the result the tool would have returned."""
+        with task_errors():
+            run = self.service.get_run(params.task_id)
+        task = {"resultType": "complete", **self.task(run)}
+        if task["status"] == "completed":
+            result = run_result(run, self.details.get(run.id, "summary"))
+            wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            task["result"] = serialize_server_result("tools/call", ctx.protocol_version, wire)
+        elif task["status"] == "failed":
+            task["error"] = {
+                "code": INTERNAL_ERROR,
+                "message": f"run {run.id} was interrupted ({run.error}): call continue_workflow with this run_id "
+                "to resume it without repeating its finished steps",
+                "data": {"runId": run.id, "runStatus": run.status},
+            }
+        return task
+
+    async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
+        """`tasks/update`: acknowledged; a run never asks for input, so every response is one to ignore."""
+        with task_errors():
+            self.service.get_run(params.task_id)
+        return {}
+
+    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        """`tasks/cancel`: cancel the run if it executes here (its finished steps are kept), then acknowledge."""
+        with task_errors():
+            self.service.get_run(params.task_id)
+        await self.service.cancel(params.task_id)
+        return {}
