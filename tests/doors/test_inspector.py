@@ -42,6 +42,8 @@ def test_inspector_lists_tools(tmp_path: Path) -> None:
     tools = {t["name"]: t for t in inspect(tmp_path, "--method", "tools/list")["tools"]}
     assert {"orchestrate", "plan", "continue_workflow", "runs", "pools"} <= set(tools)
     assert tools["orchestrate"]["inputSchema"]["required"] == ["task"]
+    assert tools["runs"]["annotations"]["readOnlyHint"] is True and tools["orchestrate"]["annotations"]["openWorldHint"]
+    assert "files" in tools["orchestrate"]["inputSchema"]["properties"] and tools["plan"]["title"]
 
 
 def test_inspector_calls_plan_and_orchestrate(tmp_path: Path) -> None:
@@ -68,5 +70,8 @@ def test_inspector_calls_plan_and_orchestrate(tmp_path: Path) -> None:
         "--tool-arg",
         "pool=sim",
     )
-    assert run["structuredContent"]["status"] == "done"
+    assert run["structuredContent"]["status"] == "done" and next(iter(run["structuredContent"])) == "answer"
     assert run["content"][0]["text"].startswith("## Answer")
+    links = [item for item in run["content"] if item["type"] == "resource_link"]
+    assert links and all(link["uri"].startswith(f"conductor://runs/{run['structuredContent']['run_id']}/steps/")
+                         for link in links)  # fmt: skip
