@@ -131,7 +131,7 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
             )  # fmt: skip
             run = service.start(request)
-        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
+        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S, cancel_on_exit=True)
         return run_result(run)
 
     @server.tool(
@@ -157,8 +157,9 @@ def _register_run_tools(server: MCPServer, service: Service) -> None:
         run_id: RunIdArg, ctx: Context, feedback: FeedbackText = None, wait_seconds: WaitArg = DEFAULT_WAIT_S
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
+            collecting = run_id in service.active  # someone else's call started it: leaving must not cancel it
             run = service.continue_run(run_id, feedback)
-        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
+        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S, cancel_on_exit=not collecting)
         return run_result(run)
 
 
