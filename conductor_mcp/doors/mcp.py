@@ -24,6 +24,7 @@ from conductor_mcp import __version__
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.request import POOL_NAME, ContextText, FeedbackText, PoolName, RunRequest, StepLimit, TaskText
 from conductor_mcp.core.usage import Budget
+from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.results import (
     PlanResult,
     PoolsResult,
@@ -101,9 +102,10 @@ def build_server(service: Service) -> MCPServer:
 
 
 async def serve_stdio(service: Service) -> None:
-    """The MCP door on stdin/stdout (the host starts this process)."""
+    """The MCP door on stdin/stdout (the host starts this process); a message over 4 MiB is dropped."""
     try:
-        await build_server(service).run_stdio_async()
+        with bounded_stdin():
+            await build_server(service).run_stdio_async()
     finally:
         await service.close()
 
