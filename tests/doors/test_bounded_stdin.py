@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -39,3 +40,32 @@ def test_an_over_long_unterminated_last_line_is_dropped(tmp_path: Path) -> None:
     finally:
         os.close(source)
         os.close(read_end)
+
+
+@pytest.mark.parametrize(
+    ("line", "request_id"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"', b"7"),
+        (b'{"jsonrpc": "2.0", "method": "tools/call", "id": "a-1", "params": {"x": "', b'"a-1"'),
+        (b'{"jsonrpc":"2.0","method":"notifications/x","params":{"id":9,"x":"', None),  # an id inside params
+    ],
+)
+def test_a_dropped_request_becomes_a_stand_in_the_sdk_answers_with_an_error(
+    tmp_path: Path, line: bytes, request_id: bytes | None
+) -> None:
+    source_file = tmp_path / "stdin"
+    source_file.write_bytes(line + b"z" * 100 + b'"}}\n{"next":1}\n')
+    source = os.open(source_file, os.O_RDONLY)
+    read_end, write_end = os.pipe()
+    try:
+        bounded_stdin.relay_lines(source, write_end, limit=50)
+        relayed = os.read(read_end, 1 << 16).splitlines()
+    finally:
+        os.close(source)
+        os.close(read_end)
+    assert relayed[-1] == b'{"next":1}'
+    if request_id is None:
+        assert len(relayed) == 1
+    else:
+        stand_in = json.loads(relayed[0])
+        assert stand_in["id"] == json.loads(request_id) and "message too large" in stand_in["method"]
