@@ -7,6 +7,7 @@
     ├── PoolError                  a pool name or file that cannot be used (names file, worker, field)
     ├── WorkflowError              the conductor's output cannot be turned into a workflow
     ├── ProviderError              every attempt at a model call failed (retries and fallbacks included)
+    ├── MalformedResponse          a provider answered 200 with no usable text (retried like a 5xx)
     ├── LocalModelError            the embedded local model cannot be served
     ├── StoreError                 the run store cannot be read or written
     └── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
@@ -54,6 +55,11 @@ class ProviderError(ConductorError, RuntimeError):
     def __init__(self, message: str, attempts: list[Attempt]) -> None:
         super().__init__(message)
         self.attempts = attempts
+
+
+class MalformedResponse(ConductorError, ValueError):
+    """A provider answered 200 with a response that holds no usable text: a provider fault, retried and then
+    left for a fallback like a 5xx, so it ends as a failed Attempt and, at worst, a ProviderError."""
 
 
 class LocalModelError(ConductorError, RuntimeError):

@@ -7,6 +7,7 @@ present in the environment; with no such pool, the local pool, which needs no ke
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import yaml
 from conductor_mcp.core.pool import Pool, parse_pool
 from conductor_mcp.errors import PoolError
 from conductor_mcp.models import local
+
+MAX_POOL_FILE_BYTES = 1 << 20
 
 
 def available_pools(search_dirs: list[Path]) -> dict[str, Path]:
@@ -40,12 +43,37 @@ def resolve_pool_path(name_or_path: str, search_dirs: list[Path]) -> Path:
     return pools[name_or_path]
 
 
-def load_pool(name_or_path: str, search_dirs: list[Path]) -> Pool:
-    path = resolve_pool_path(name_or_path, search_dirs)
+def read_pool_text(path: Path) -> str:
+    """A pool file's text: UTF-8 (a BOM allowed) or UTF-16 with its BOM, which Windows PowerShell 5 writes."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise PoolError(f"{path}: cannot read pool file: {exc}") from None
+        with path.open("rb") as file:
+            data = file.read(MAX_POOL_FILE_BYTES + 1)
+    except OSError as exc:
+        raise PoolError(f"{path}: cannot read pool file: {exc.strerror}") from None
+    if len(data) > MAX_POOL_FILE_BYTES:
+        raise PoolError(f"{path}: pool file is over {MAX_POOL_FILE_BYTES} bytes; a pool file is a few dozen lines")
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    try:
+        return data.decode("utf-16" if utf16 else "utf-8-sig")
+    except UnicodeDecodeError as exc:
+        encoding = "UTF-16" if utf16 else "UTF-8"
+        raise PoolError(
+            f"{path}: pool files must be UTF-8 text (byte {exc.start} is not {encoding}): re-save it as UTF-8"
+        ) from None
+
+
+def load_pool(name_or_path: str, search_dirs: list[Path]) -> Pool:
+    """Read, parse and validate a pool file; anything wrong with it is a PoolError that names the file."""
+    path = resolve_pool_path(name_or_path, search_dirs)
+    text = read_pool_text(path)
+    try:
+        raw = yaml.safe_load(text)
+    except RecursionError:
+        raise PoolError(f"{path}: not a pool file: nested too deeply to read") from None
+    except yaml.YAMLError as exc:
+        raise PoolError(f"{path}: cannot read pool file: {str(exc)[:500]}") from None
+    except ValueError as exc:  # a value YAML cannot build: an integer of thousands of digits, a bad date
+        raise PoolError(f"{path}: a value cannot be read: {str(exc).split(';')[0][:500]}") from None
     return parse_pool(raw, source=str(path), default_name=path.stem)
 
 

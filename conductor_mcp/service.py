@@ -136,7 +136,7 @@ class Service:
     async def orchestrate(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
         """Plan and run to the end; returns the finished (or failed) run. Cancelling the caller cancels the run."""
         run = self.start(request)
-        return await self.wait(run.id, None, on_event)
+        return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
     def start(self, request: RunRequest, workflow: Workflow | None = None) -> Run:
         """Store and start a run in the background; `wait` collects it.
@@ -223,7 +223,7 @@ class Service:
         if status != "planned":
             raise RequestError(f"run_id: run {run_id} is {status}, not planned")
         run = self.continue_run(run_id)
-        return await self.wait(run.id, None, on_event)
+        return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
     # -- executing runs ---------------------------------------------------------------------------
     async def wait(
@@ -232,15 +232,18 @@ class Service:
         timeout_s: float | None,
         on_event: ProgressCallback | None = None,
         heartbeat_s: float | None = None,
+        *,
+        cancel_on_exit: bool = False,
     ) -> Run:
         """Wait up to `timeout_s` (None: to the end) for a run, relaying its progress to `on_event`.
 
         Past the timeout the run goes on in the background and comes back with status `running`. If the
-        waiting caller is cancelled, the run is cancelled too (its finished steps are kept).
+        waiting caller is cancelled, the run is cancelled too (its finished steps are kept) only with
+        `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
         """
         if run_id not in self.active:
             return self.get_run(run_id)
-        return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s)
+        return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit)
 
     async def cancel(self, run_id: str) -> None:
         await self.active.cancel(run_id)

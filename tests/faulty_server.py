@@ -9,6 +9,10 @@ The model name picks the behaviour:
   badrequest    always 400, echoing the request's Authorization header (as careless providers do)
   garbage       answers text that is no workflow
   conductor     a conductor: [ok, down, ok(all)] at first; asked as a worker (recursion), [ok]
+  empty_choices 200 with `choices: []`
+  no_message    200 with a choice that has no message
+  non_text      200 with a message whose content is a JSON object, not text
+  surrogate     answers text holding a lone surrogate (JSON carries it as \\ud800) and a NUL
 GET /stats returns the request count per model.
 
     python tests/faulty_server.py PORT
@@ -25,7 +29,7 @@ import time
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 counts: collections.Counter[str] = collections.Counter()
@@ -40,6 +44,19 @@ def completion(model: str, text: str) -> JSONResponse:
     })  # fmt: skip
 
 
+def raw(model: str, choices: list[object]) -> Response:
+    """A 200 response with these choices, serialised as JSON may carry them (lone surrogates escaped)."""
+    body = {
+        "id": f"cmpl-{time.time_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+    }
+    return Response(json.dumps(body), media_type="application/json")
+
+
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "error", "code": status}}, status_code=status)
 
@@ -50,7 +67,7 @@ def workflow(*steps: tuple[str, str, object]) -> str:
     )
 
 
-async def chat(request: Request) -> JSONResponse:
+async def chat(request: Request) -> Response:
     body = await request.json()
     model = body["model"]
     counts[model] += 1
@@ -71,6 +88,17 @@ async def chat(request: Request) -> JSONResponse:
         return error(400, f"invalid request (auth was {request.headers.get('authorization')})")
     if model == "garbage":
         return completion(model, "I think the team should work hard on this one.")
+    if model == "empty_choices":
+        return raw(model, [])
+    if model == "no_message":
+        return raw(model, [{"index": 0, "finish_reason": "stop"}])
+    if model == "non_text":
+        return raw(
+            model, [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": {"a": 1}}}]
+        )
+    if model == "surrogate":
+        text = "Half a pair: \ud800, a NUL: \x00.\nANSWER: 42"
+        return raw(model, [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}])
     if model == "conductor":
         prompt = body["messages"][-1]["content"]
         if WORK_SO_FAR in prompt:

@@ -198,10 +198,15 @@ class Pool(BaseModel):
 # ---------------------------------------------------------------------------------------------- parsing
 
 
+MAX_DOCUMENT_DEPTH = 32
+MAX_DOCUMENT_VALUES = 100_000
+
+
 def parse_pool(raw: Any, source: str, default_name: str) -> Pool:
     """Validate a pool document; every error names the source, the worker and the field."""
     if not isinstance(raw, dict):
         raise PoolError(f"{source}: a pool file must be a mapping with 'conductor' and 'workers'")
+    _check_size(raw, source)
     raw = {"name": default_name, **raw}
     try:
         pool = Pool.model_validate(raw)
@@ -223,3 +228,24 @@ def _describe(err: Any, raw: dict[str, Any]) -> str:
     if loc and loc[0] == "simulation":
         return f"{field}: {msg}"
     return f"field {field!r}: {msg}"
+
+
+def _check_size(raw: Any, source: str) -> None:
+    """Refuse a document too deep or too big to validate, without expanding it: YAML aliases can make a few
+    lines stand for billions of values ("billion laughs"), which validation or hashing would then walk."""
+    pending: list[tuple[Any, int]] = [(raw, 0)]
+    count = 0
+    while pending:
+        value, depth = pending.pop()
+        count += 1
+        if count > MAX_DOCUMENT_VALUES:
+            raise PoolError(
+                f"{source}: more than {MAX_DOCUMENT_VALUES} values once YAML aliases are expanded; "
+                "a pool file is a few dozen lines"
+            )
+        if depth > MAX_DOCUMENT_DEPTH:
+            raise PoolError(f"{source}: nested deeper than {MAX_DOCUMENT_DEPTH} levels")
+        if isinstance(value, dict):
+            pending.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1) for item in value)

@@ -39,6 +39,7 @@ from conductor_mcp.core.request import (
     TaskText,
 )
 from conductor_mcp.core.usage import Budget
+from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.results import (
     Detail,
     PlanResult,
@@ -145,11 +146,13 @@ class ProgressRelay:
         await self.ctx.report_progress(self.count, None, f"{event.message}{total}")
 
 
-async def collect(service: Service, run: Run, wait_seconds: float, detail: Detail, ctx: Context) -> CallToolResult:
+async def collect(
+    service: Service, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool
+) -> CallToolResult:
     """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
-    other waits up to `wait_seconds`."""
+    other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels it."""
     if not hand_over(run, detail):
-        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S)
+        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S, cancel_on_exit=cancel_on_exit)
     return run_result(run, detail)
 
 
@@ -166,9 +169,10 @@ def build_server(service: Service) -> MCPServer:
 
 
 async def serve_stdio(service: Service) -> None:
-    """The MCP door on stdin/stdout (the host starts this process)."""
+    """The MCP door on stdin/stdout (the host starts this process); a message over 4 MiB is dropped."""
     try:
-        await build_server(service).run_stdio_async()
+        with bounded_stdin():
+            await build_server(service).run_stdio_async()
     finally:
         await service.close()
 
@@ -201,7 +205,7 @@ def _register_orchestrate(server: MCPServer, service: Service) -> None:
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd), files=file_refs,
             )  # fmt: skip
             run = service.start(request)
-        return await collect(service, run, wait_seconds, detail, ctx)
+        return await collect(service, run, wait_seconds, detail, ctx, cancel_on_exit=True)
 
 
 def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
@@ -242,8 +246,9 @@ def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
         detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
+            collecting = run_id in service.active  # someone else's call started it: leaving must not cancel it
             run = service.continue_run(run_id, feedback)
-        return await collect(service, run, wait_seconds, detail, ctx)
+        return await collect(service, run, wait_seconds, detail, ctx, cancel_on_exit=not collecting)
 
 
 def _register_read_tools(server: MCPServer, service: Service) -> None:

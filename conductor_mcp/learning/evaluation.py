@@ -47,7 +47,7 @@ async def run_one(
         self_correct=strategy.self_correct,
     )  # fmt: skip
     run = service.start(request, workflow=strategy.workflow)
-    run = await service.wait(run.id, None)
+    run = await service.wait(run.id, None, cancel_on_exit=True)
     correct = await asyncio.to_thread(verify, task, run.answer, allow_unsafe_local_exec)  # code runs in a sandbox
     return {
         "strategy": strategy.name, "task_id": task["id"], "domain": task.get("domain", "general"),

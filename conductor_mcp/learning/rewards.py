@@ -65,7 +65,7 @@ class WorkflowReward:
             task=task["question"], pool=pool.name, max_steps=self.max_steps, metadata=datasets.metadata(task)
         )
         run = self.service.start(request, workflow=workflow)
-        run = await self.service.wait(run.id, None)
+        run = await self.service.wait(run.id, None, cancel_on_exit=True)
         correct = await asyncio.to_thread(verify, task, run.answer, self.allow_unsafe_local_exec)
         reward = CORRECT_REWARD if correct else FORMAT_REWARD
         if correct and self.cost_weight:

@@ -24,7 +24,7 @@ from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.core.pool import ModelSpec
 from conductor_mcp.core.records import Attempt
 from conductor_mcp.core.simulation import SimulationConfig
-from conductor_mcp.errors import LocalModelError, ProviderError
+from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.models import local, sim
 
@@ -41,6 +41,7 @@ RETRYABLE = (
     exceptions.ServiceUnavailableError,
     exceptions.BadGatewayError,
     asyncio.TimeoutError,
+    MalformedResponse,
 )
 BACKOFF_MAX_S = 20.0
 DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
@@ -147,24 +148,52 @@ def _limit(spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
     return _limits[key]
 
 
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
+
+
+def sanitized(text: str) -> str:
+    """Text that UTF-8, JSON and SQLite all take: lone surrogates (JSON can carry "\\ud800", UTF-8 cannot)
+    and NULs become U+FFFD. A str never holds a valid surrogate pair, so every surrogate here is a lone one."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float) -> Attempt:
     message = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {spec.timeout_s}s"
     return Attempt(
         model=spec.model,
         worker=label,
         ok=False,
-        error=redact(message)[:500],
+        error=sanitized(redact(message)[:500]),
         latency_s=round(time.perf_counter() - started, 4),
     )
 
 
-def _completion(spec: ModelSpec, response: Any, latency: float, attempts: list[Attempt]) -> Completion:
-    """What one successful response says: its text, usage, cost and who answered."""
-    choice = response.choices[0]
+def _answer(spec: ModelSpec, response: Any) -> tuple[Any, str]:
+    """The first choice and its text, or MalformedResponse when a 200 response carries no usable text."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise MalformedResponse(f"{spec.model} answered with no choices")
+    choice = choices[0]
+    if spec.prompt_style == "completion":
+        text = getattr(choice, "text", None)
+    else:
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise MalformedResponse(f"{spec.model} answered with a choice that has no message")
+        text = getattr(message, "content", None)
+    if text is not None and not isinstance(text, str):
+        raise MalformedResponse(f"{spec.model} answered with {type(text).__name__} content where text was expected")
+    return choice, sanitized(text or "")
+
+
+def _completion(
+    spec: ModelSpec, response: Any, answer: tuple[Any, str], latency: float, attempts: list[Attempt]
+) -> Completion:
+    """What one successful response says: its text (from `_answer`), usage, cost and who answered."""
+    choice, text = answer
     usage = getattr(response, "usage", None)
-    text = choice.text if spec.prompt_style == "completion" else choice.message.content
     return Completion(
-        text=redact_values((text or "").strip() if spec.prompt_style == "completion" else text or ""),
+        text=redact_values(text.strip() if spec.prompt_style == "completion" else text),
         finish_reason=choice.finish_reason,
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
@@ -254,6 +283,7 @@ class Providers:
             try:
                 async with _limit(spec), asyncio.timeout(spec.timeout_s):
                     response = await call(**request)
+                answer = _answer(spec, response)  # a malformed 200 is a provider fault: retried, then a fallback
             except RETRYABLE as exc:
                 attempts.append(_failed(spec, label, exc, started))
                 if attempt == spec.max_retries:
@@ -268,5 +298,5 @@ class Providers:
                 raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
             latency = time.perf_counter() - started
             attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
-            return _completion(spec, response, latency, attempts)
+            return _completion(spec, response, answer, latency, attempts)
         raise AssertionError("unreachable")  # the loop either returns or raises

@@ -52,12 +52,19 @@ class ActiveRuns:
             self._listeners.pop(run_id, None)
 
     async def wait(
-        self, run_id: str, timeout_s: float | None, on_event: ProgressCallback | None, heartbeat_s: float | None
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_event: ProgressCallback | None,
+        heartbeat_s: float | None,
+        *,
+        cancel_on_exit: bool,
     ) -> Run:
         """Wait up to `timeout_s` (None: to the end) for a run executing here, relaying its progress.
 
         Past the timeout the run goes on and comes back with status `running`. If the waiting caller is
-        cancelled, the run is cancelled too (its finished steps are kept).
+        cancelled and `cancel_on_exit` (the caller started the run), the run is cancelled too, keeping its
+        finished steps; any other waiter (a client collecting someone's run) just stops waiting.
         """
         run, task = self._runs[run_id]
         queue: asyncio.Queue[ProgressEvent] = asyncio.Queue()
@@ -72,7 +79,8 @@ class ActiveRuns:
                 pause = min(x for x in (remaining, heartbeat_s, 3600.0) if x is not None)
                 await self._next_event(run, task, queue, pause, on_event, heartbeat=heartbeat_s is not None)
         except asyncio.CancelledError:
-            await self.cancel(run_id)
+            if cancel_on_exit:
+                await self.cancel(run_id)
             raise
         finally:
             self._listeners[run_id].remove(queue.put)

@@ -204,3 +204,33 @@ async def test_client_cancellation_cancels_the_run_and_keeps_finished_steps(mcp_
         await asyncio.sleep(0.05)
     assert run.status == "cancelled"
     assert [s.status for s in run.steps] == ["done", "cancelled"]
+
+
+async def test_a_client_that_stops_collecting_another_clients_run_does_not_cancel_it(mcp_server, service) -> None:
+    """Only the call that started a run cancels it; a second client collecting it may give up freely."""
+    service.providers.sim_time_scale = 1
+    scripted_pool(
+        service.settings.pool_dirs[0],
+        "shared",
+        [("model_2", "quick", []), ("model_0", "slower", [0])],
+        simulation={
+            "workers": {
+                "gamma": {"first_token_s": 0.05, "output_tokens": 1},
+                "alpha": {"first_token_s": 1.5, "output_tokens": 1},
+            }
+        },
+    )
+    async with Client(mcp_server) as starter:
+        started = await starter.call_tool("orchestrate", {"task": "t", "pool": "shared", "wait_seconds": 0})
+        run_id = started.structured_content["run_id"]
+        assert started.structured_content["status"] == "running"
+        async with Client(mcp_server) as collector:  # leaving this block disconnects it mid-call
+            with anyio.move_on_after(0.5):
+                await collector.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 120})
+                pytest.fail("the call should have been cancelled")
+        await asyncio.sleep(0.2)  # the server has seen the disconnect and cancelled the collector's call
+        assert service.get_run(run_id).status == "running"
+        result = await starter.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 60})
+    assert result.structured_content["status"] == "done"
+    run = service.get_run(run_id)
+    assert [s.status for s in run.steps] == ["done", "done"] and not run.error

@@ -282,3 +282,55 @@ def test_interrupted_run_shows_interrupted_from_another_process(tmp_path: Path) 
     finally:
         if server.proc.poll() is None:
             server.kill()
+
+
+def peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def test_an_oversized_stdio_line_is_dropped_and_the_server_still_answers(tmp_path: Path) -> None:
+    """A 10 MiB line is read in chunks and dropped (never held whole); the next request is answered."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conductor_mcp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(tmp_path),
+    )
+    assert proc.stdin and proc.stdout
+
+    def send(message: dict[str, Any] | bytes) -> None:
+        line = message if isinstance(message, bytes) else json.dumps({"jsonrpc": "2.0", **message}).encode()
+        proc.stdin.write(line + b"\n")
+        proc.stdin.flush()
+
+    def answer(request_id: int) -> dict[str, Any]:
+        while True:
+            line = proc.stdout.readline()
+            assert line, "server closed stdout"
+            message = json.loads(line)
+            if message.get("id") == request_id:
+                return message
+
+    info = {
+        "protocolVersion": LATEST_HANDSHAKE_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    }
+    send({"id": 1, "method": "initialize", "params": info})
+    answer(1)
+    send({"method": "notifications/initialized"})
+    send({"id": 2, "method": "tools/list"})
+    assert answer(2)["result"]["tools"]
+    before = peak_rss_kib(proc.pid)
+    huge = {"name": "plan", "arguments": {"task": "x" * (10 << 20), "pool": "sim"}}
+    send({"id": 3, "method": "tools/call", "params": huge})
+    send({"id": 4, "method": "tools/list"})
+    refused = answer(3)  # its line was dropped unparsed; a stand-in got the client an error for its id
+    assert refused["error"]["code"] == -32601 and "message too large" in refused["error"]["data"]
+    assert answer(4)["result"]["tools"]
+    grown_kib = peak_rss_kib(proc.pid) - before
+    _, stderr = proc.communicate(timeout=30)
+    assert grown_kib < 12 << 10, f"peak memory grew by {grown_kib} KiB"
+    assert b"stdio_message_too_large" in stderr

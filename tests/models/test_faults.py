@@ -116,3 +116,32 @@ async def test_a_garbage_conductor_falls_back_and_the_answer_is_right(
     run = await orchestrate(service, "task", pool="garbage")
     assert len(run.conductor_calls) == 2 and "no workflow found" in run.fallback_reason
     assert run.status == "done" and run.answer.endswith("ANSWER: 42")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "error"),
+    [("empty_choices", "no choices"), ("no_message", "Invalid response object"), ("non_text", "Invalid response")],
+)
+async def test_malformed_responses_are_retried_then_fall_back(
+    service: Service, pool_dir: Path, faulty_base: str, behaviour: str, error: str
+) -> None:
+    malformed = worker(faulty_base, behaviour, max_retries=1, fallbacks=["ok"])
+    pool = pool_of(pool_dir, behaviour, faulty_base, [malformed], [(behaviour, "Solve it.", [])])
+    run = await orchestrate(service, "task", pool=pool)
+    step = run.steps[0]
+    assert run.status == "done" and step.answered_by == "hosted_vllm/ok" and run.answer.endswith("ANSWER: 42")
+    assert [(a.worker, a.ok) for a in step.attempts] == [(behaviour, False), (behaviour, False), ("ok", True)]
+    assert error in (step.attempts[0].error or "")
+
+
+async def test_a_reply_with_a_lone_surrogate_and_a_nul_is_stored_sanitised(
+    service: Service, pool_dir: Path, faulty_base: str
+) -> None:
+    pool = pool_of(pool_dir, "surrogate", faulty_base, [worker(faulty_base, "surrogate")],
+                   [("surrogate", "Solve it.", [])])  # fmt: skip
+    run = await orchestrate(service, "task", pool=pool)
+    assert run.status == "done", run.error
+    stored = service.get_run(run.id)
+    assert stored.steps[0].output == "Half a pair: \ufffd, a NUL: \ufffd.\nANSWER: 42"
+    assert stored.answer == stored.steps[0].output and len(stored.steps[0].attempts) == 1
+    stored.model_dump_json()  # what every door serialises
