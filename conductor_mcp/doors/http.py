@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import ipaddress
 import json
+import os
 import secrets
 import socket
 from pathlib import Path
@@ -48,10 +49,17 @@ def stored_token(path: Path) -> tuple[str, bool]:
     Kept across restarts, so clients configured once keep working; deleting the file makes a new one.
     """
     private_dir(path.parent)
-    with contextlib.suppress(FileExistsError), open_private(path, "x") as handle:
-        token = secrets.token_urlsafe(32)
+    token = secrets.token_urlsafe(32)
+    draft = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    with open_private(draft, "x") as handle:
         handle.write(token + "\n")
+    try:
+        os.link(draft, path)  # appears whole or not at all: a server starting beside us reads a full token
         return token, True
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
     token = private_file(path).read_text(encoding="utf-8").strip()
     if not token:
         raise SettingsError(f"{path} holds no token: delete it and start the server again to make a new one")

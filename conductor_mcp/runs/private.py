@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
+from conductor_mcp.errors import StoreError
 from conductor_mcp.logs import get_logger
 
 log = get_logger(__name__)
@@ -22,8 +23,14 @@ FILE_MODE = 0o600
 
 
 def _tighten(path: Path, mode: int) -> None:
-    current = stat.S_IMODE(path.stat().st_mode)
+    info = path.stat()
+    current = stat.S_IMODE(info.st_mode)
     if current & 0o077:
+        if info.st_mode & stat.S_ISVTX or info.st_uid != os.getuid():  # /tmp, say: narrowing it would break others
+            raise StoreError(
+                f"{path} is shared with other accounts, so it cannot hold private state: set CONDUCTOR_STATE_DIR "
+                "(or --state-dir) to a directory of your own"
+            )
         path.chmod(mode)
         log.warning("permissions_tightened", path=str(path), was=oct(current), now=oct(mode))
 

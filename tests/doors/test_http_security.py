@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import stat
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,9 @@ import pytest
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, machine_names
+from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, machine_names, stored_token
 from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.errors import SettingsError
 from conductor_mcp.service import Service
 
 TOKEN = "t0ken-for-the-tests"
@@ -90,3 +94,14 @@ async def test_a_wildcard_binding_accepts_the_machines_own_names(tmp_path: Path)
 async def test_the_bearer_scheme_is_case_insensitive(tmp_path: Path, authorization: str, expected: int) -> None:
     async with serving(tmp_path, "127.0.0.1", []) as client:
         assert await status(client, "127.0.0.1:8765", authorization) == expected
+
+
+def test_the_stored_token_is_made_once_whole_and_private(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "http-token"
+    with ThreadPoolExecutor(8) as pool:  # servers starting side by side all read the same, whole token
+        results = list(pool.map(lambda _: stored_token(path), range(16)))
+    assert len({token for token, _ in results}) == 1 and [made for _, made in results].count(True) == 1
+    assert os.listdir(path.parent) == ["http-token"] and stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.write_text("\n")
+    with pytest.raises(SettingsError, match="holds no token: delete it"):
+        stored_token(path)

@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import structlog
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.store import Store
 from conductor_mcp.service import Service
 
@@ -90,3 +92,13 @@ def test_an_existing_readable_state_dir_is_tightened_with_a_warning(tmp_path: Pa
     assert _mode(state) == 0o700 and _mode(state / "runs.sqlite3") == 0o600
     tightened = {entry["path"] for entry in logs if entry["event"] == "permissions_tightened"}
     assert tightened == {str(state), str(state / "runs.sqlite3")}
+
+
+def test_a_shared_directory_is_refused_not_narrowed(tmp_path: Path) -> None:
+    """A state dir such as /tmp belongs to everyone: narrowing it would break other accounts, so it is refused."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(StoreError, match="shared with other accounts"):
+        Store(shared / "runs.sqlite3")
+    assert _mode(shared) == 0o1777
