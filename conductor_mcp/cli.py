@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import re
+import shlex
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from conductor_mcp import __version__
 from conductor_mcp.config import Settings
-from conductor_mcp.errors import ConductorError
+from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -29,6 +30,14 @@ def terminal_safe(text: str) -> str:
 def _say(*parts: object, file: Any = None, end: str = "\n", flush: bool = False) -> None:
     """Everything the CLI writes goes through here (stdout, or stderr for progress and errors)."""
     print(terminal_safe(" ".join(str(part) for part in parts)), file=file or sys.stdout, end=end, flush=flush)
+
+
+_ALLOWED_HOST_HELP = (
+    "extra Host header to accept (DNS-rebinding guard): NAME accepts it with any port or none, NAME:PORT that port"
+)
+_NO_AUTH_HELP = (
+    "serve HTTP without a bearer token (loopback only): any local account can then read runs and spend the pools' keys"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,9 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
-    serve.add_argument(
-        "--allowed-host", action="append", default=[], help="extra Host header value to accept (DNS-rebinding guard)"
-    )
+    serve.add_argument("--allowed-host", action="append", default=[], help=_ALLOWED_HOST_HELP)
+    serve.add_argument("--no-auth", action="store_true", help=_NO_AUTH_HELP)
 
     sub.add_parser("doctor", help="say which pools can run here, which is the default, and why")
     local_cmd = sub.add_parser("local", help="manage a resident server for the embedded local model")
@@ -115,17 +123,53 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.service import Service
 
-    service = Service(settings)
     if args.http:
         from conductor_mcp.doors.http import serve_http
         from conductor_mcp.doors.mcp import build_server
 
-        await serve_http(build_server(service), service, args.host, args.port, settings.http_token, args.allowed_host)
+        token = _http_token(args, settings)
+        service = Service(settings)
+        await serve_http(build_server(service), service, args.host, args.port, token, args.allowed_host)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
-        await serve_stdio(service)
+        await serve_stdio(Service(settings))
     return EXIT_OK
+
+
+def _http_token(args: argparse.Namespace, settings: Settings) -> str | None:
+    """The token HTTP clients must send: CONDUCTOR_HTTP_TOKEN, else one kept in the state directory; None with
+    --no-auth. Says on stderr where the token is and how to configure a client; never prints the token."""
+    from conductor_mcp.doors.http import WILDCARD_HOSTS, is_loopback, stored_token
+
+    if args.no_auth:
+        if settings.http_token:
+            raise RequestError("--no-auth: CONDUCTOR_HTTP_TOKEN is set too; unset it, or drop --no-auth")
+        if not is_loopback(args.host):
+            raise RequestError(f"--no-auth: only a loopback --host may serve without a token, not {args.host!r}")
+        _say(
+            "conductor-mcp: WARNING: serving HTTP without a token (--no-auth): any account on this machine can "
+            "read every run (tasks, contexts, answers) and start runs that spend the pools' API keys",
+            file=sys.stderr,
+        )
+        return None
+    if settings.http_token:
+        _say("conductor-mcp: HTTP clients must send CONDUCTOR_HTTP_TOKEN as 'Authorization: Bearer'", file=sys.stderr)
+        return settings.http_token
+    token, made = stored_token(settings.http_token_file)
+    host = "127.0.0.1" if args.host in WILDCARD_HOSTS else args.host
+    url = f"http://{f'[{host}]' if ':' in host else host}:{args.port}/mcp"
+    path = shlex.quote(str(settings.http_token_file))
+    headers = json.dumps({"Authorization": f"Bearer <the text of {settings.http_token_file}>"})
+    _say(
+        f"conductor-mcp: HTTP clients must send the bearer token {'just made in' if made else 'kept in'} {path} "
+        f"(readable by you only; delete it for a new one, or set CONDUCTOR_HTTP_TOKEN)\n"
+        f"  Claude Code: claude mcp add --transport http conductor {url} "
+        f'--header "Authorization: Bearer $(cat {path})"\n'
+        f'  JSON config: {{"type": "http", "url": "{url}", "headers": {headers}}}',
+        file=sys.stderr,
+    )
+    return token
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:

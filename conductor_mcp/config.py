@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     def db_path(self) -> Path:
         return self.state_dir / "runs.sqlite3"
 
+    @property
+    def http_token_file(self) -> Path:
+        """Where `serve --http` keeps the token it made when CONDUCTOR_HTTP_TOKEN is unset (0600)."""
+        return self.state_dir / "http-token"
+
     def with_pool_dirs_first(self, *directories: Path) -> Settings:
         """These settings with more pool directories searched first (tests, embedding applications)."""
         return self.model_copy(update={"pool_path": (*directories, *self.pool_path)})

@@ -1,7 +1,7 @@
 """Load: N concurrent orchestrations over streamable HTTP against simulated workers with latency.
 
-Starts `conductor-mcp serve --http` on a free loopback port (the `sim` pool, latencies scaled by
---time-scale), then runs --rounds rounds of --concurrency simultaneous MCP sessions, each calling
+Starts `conductor-mcp serve --http --no-auth` on a free loopback port (a throwaway state dir, the `sim` pool,
+latencies scaled by --time-scale), then runs --rounds rounds of --concurrency simultaneous MCP sessions, each calling
 `orchestrate` once. Prints throughput, p50/p99 latency, errors, and the server's RSS after each round and at
 its peak. Targets: zero errors, p99 within 2x p50, and memory that does not grow with finished runs.
 
@@ -64,7 +64,7 @@ async def main() -> int:
         env = {**os.environ, "CONDUCTOR_STATE_DIR": state, "CONDUCTOR_POOL": "sim",
                "CONDUCTOR_SIM_TIME_SCALE": str(args.time_scale), "CONDUCTOR_LOG_LEVEL": "warning"}  # fmt: skip
         server = subprocess.Popen(  # noqa: ASYNC220 (starting it does not block; it is polled below)
-            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(port)],
+            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--no-auth", "--port", str(port)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:

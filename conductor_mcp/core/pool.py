@@ -12,6 +12,7 @@ import json
 import random
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -19,6 +20,7 @@ from conductor_mcp.config import environment_value
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import PoolError
 
+MASK = "***"
 WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 CONDUCTOR_ID = "conductor"  # reserved: the conductor named as a worker (recursion)
 
@@ -181,6 +183,16 @@ class Pool(BaseModel):
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
+    def public_view(self) -> dict[str, Any]:
+        """The pool as a client may see it: every model's `params` keep their names but hide their text (a header
+        value may be a credential), and `api_base` keeps scheme, host, port and path but hides credentials."""
+        view = self.model_dump(mode="json")
+        for spec in (view["conductor"], *view["workers"]):
+            spec["params"] = mask_values(spec["params"])
+            if spec["api_base"]:
+                spec["api_base"] = mask_url(spec["api_base"])
+        return view
+
     def sample(self, k: int, seed: int) -> Pool:
         """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""
         if not 1 <= k <= len(self.workers):
@@ -193,6 +205,26 @@ class Pool(BaseModel):
         return self.model_copy(
             update={"name": f"{self.name}[k={k},seed={seed}]", "workers": workers, "default_worker": default}
         )
+
+
+def mask_values(value: Any) -> Any:
+    """Text hidden at any depth, keys kept; numbers, booleans and nulls (temperatures, limits) stay."""
+    if isinstance(value, dict):
+        return {key: mask_values(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_values(item) for item in value]
+    return MASK if isinstance(value, str) else value
+
+
+def mask_url(url: str) -> str:
+    """A URL with its user and password, query values and fragment hidden; scheme, host, port and path kept."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
+    items = [item.partition("=") for item in parts.query.split("&") if item]
+    query = "&".join(f"{name}={MASK}" if equals else MASK for name, equals, _ in items)  # a bare item may be a key
+    return urlunsplit((parts.scheme, netloc, parts.path, query, MASK if parts.fragment else ""))
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -1,21 +1,29 @@
 """The HTTP server: transport, auth and app assembly for the doors served over HTTP (today the MCP door).
 
-Bearer-token auth is compared in constant time; DNS-rebinding protection accepts loopback Host headers and the
-ones the operator names; binding beyond loopback without a token is refused.
+Private by default: every request needs `Authorization: Bearer <token>` (the scheme in any case, the token
+compared in constant time), from CONDUCTOR_HTTP_TOKEN or a random one kept 0600 in the state directory;
+serving without a token is an explicit choice, and only on loopback. DNS-rebinding protection accepts loopback
+Host headers, the ones the operator names and, bound to a wildcard address, the machine's own names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
+import os
+import secrets
+import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-from conductor_mcp.errors import RequestError
-from conductor_mcp.logs import get_logger
+from conductor_mcp.errors import RequestError, SettingsError
+from conductor_mcp.logs import get_logger, register_secret
+from conductor_mcp.runs.private import open_private, private_dir, private_file
 
 if TYPE_CHECKING:
     from conductor_mcp.service import Service
@@ -23,6 +31,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 LOOPBACK_NAMES = {"localhost"}
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
 
 def is_loopback(host: str) -> bool:
@@ -34,17 +43,46 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def stored_token(path: Path) -> tuple[str, bool]:
+    """The token kept in `path`, made (random, in a 0600 file) when there is none: (token, made now).
+
+    Kept across restarts, so clients configured once keep working; deleting the file makes a new one.
+    """
+    private_dir(path.parent)
+    token = secrets.token_urlsafe(32)
+    draft = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    with open_private(draft, "x") as handle:
+        handle.write(token + "\n")
+    try:
+        os.link(draft, path)  # appears whole or not at all: a server starting beside us reads a full token
+        return token, True
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    token = private_file(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise SettingsError(f"{path} holds no token: delete it and start the server again to make a new one")
+    return token, False
+
+
 class BearerTokenMiddleware:
-    """Refuses HTTP requests without `Authorization: Bearer <token>` (compared in constant time)."""
+    """Refuses HTTP requests without `Authorization: Bearer <token>`: the scheme in any case (RFC 7235), the
+    token compared in constant time."""
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def _authorized(self, header: bytes) -> bool:
+        scheme, _, credentials = header.partition(b" ")
+        matches = hmac.compare_digest(credentials.strip(b" "), self.expected)
+        return matches and scheme.lower() == b"bearer"
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(supplied, self.expected):
+            if not self._authorized(supplied):
                 body = json.dumps({"error": "missing or wrong bearer token"}).encode()
                 await send(
                     {
@@ -58,15 +96,43 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
+def host_patterns(name: str) -> list[str]:
+    """The Host header values to accept for a name: a bare host with any port or none (a reverse proxy may send
+    no port); an explicit `host:port` as given. IPv6 addresses are bracketed, as in a Host header."""
+    if name.count(":") > 1 and not name.startswith("["):
+        name = f"[{name}]"
+    bare = name.endswith("]") if name.startswith("[") else ":" not in name
+    return [name, f"{name}:*"] if bare else [name]
+
+
+def machine_names() -> list[str]:
+    """The names and addresses this machine answers to, for a server bound to a wildcard address: its hostname,
+    what that resolves to, and the address of the interface with the default route."""
+    hostname = socket.gethostname()
+    names = {hostname}
+    with contextlib.suppress(OSError):
+        canonical, aliases, addresses = socket.gethostbyname_ex(hostname)
+        names |= {canonical, *aliases, *addresses}
+    with contextlib.suppress(OSError):
+        names |= {str(info[4][0]) for info in socket.getaddrinfo(hostname, None)}
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # a UDP "connection" sends nothing: it only picks the route
+        names.add(probe.getsockname()[0])
+    return sorted({name.partition("%")[0] for name in names if name})  # no IPv6 zone ids in a Host header
+
+
 def http_app(server: MCPServer, host: str, token: str | None, allowed_hosts: list[str]) -> Any:
     """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth."""
     if not is_loopback(host) and not token:
         raise RequestError(
             f"host: binding to {host!r} exposes the server beyond this machine; set CONDUCTOR_HTTP_TOKEN"
         )
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", *(f"{h}:*" if ":" not in h else h for h in allowed_hosts)]
-    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
-        hosts.append(f"{host}:*")
+    names = ["127.0.0.1", "localhost", "::1", *allowed_hosts]
+    if host in WILDCARD_HOSTS:
+        names += machine_names()
+    elif not is_loopback(host):
+        names.append(host)
+    hosts = [pattern for name in names for pattern in host_patterns(name)]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=hosts,
@@ -82,6 +148,8 @@ async def serve_http(
     """Serve the doors over HTTP until stopped; then close the service (its running runs become interrupted)."""
     import uvicorn
 
+    if token:
+        register_secret(token)  # masked in every log line, whatever logs it
     app = http_app(server, host, token, allowed_hosts)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
     log.info("http_listening", url=f"http://{host}:{port}/mcp", auth="bearer" if token else "none")

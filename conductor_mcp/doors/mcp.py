@@ -306,13 +306,14 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     @server.resource(
         "conductor://pools/{name}",
         mime_type="application/json",
-        description="A pool's configuration (key values are never included, only the variable names).",
+        description="A pool's configuration. Key values are never included (only the variable names); params' "
+        "text values and api_base credentials and query values are masked as ***.",
     )
     def pool_resource(name: str) -> str:
         if not re.match(POOL_NAME, name):
             raise ResourceError(f"no pool named {name!r}")
         try:
-            return service.pool(name).model_dump_json(indent=2)
+            return json.dumps(service.pool(name).public_view(), indent=2)
         except PoolError as exc:
             raise ResourceError(str(exc)) from None
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from conductor_mcp.errors import LocalModelError
 from conductor_mcp.logs import get_logger
+from conductor_mcp.runs.private import open_private, private_dir, write_private
 
 log = get_logger(__name__)
 
@@ -124,14 +125,15 @@ class LocalServers:
         if not server_available():
             raise LocalModelError(f"llama.cpp's server is not installed; {LOCAL_EXTRA_HINT}")
         path = model_file(name)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory.parent)
+        private_dir(self.directory)
         port = free_port()
         log_path = self.directory / f"{name}.log"
         command = [
             sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1",
             "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS), "--model_alias", name,
         ]  # fmt: skip
-        with log_path.open("ab") as log_file:
+        with open_private(log_path, "a") as log_file:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=resident
             )
@@ -154,7 +156,7 @@ class LocalServers:
         if existing:
             return existing
         running, _ = self._spawn(name, resident=True)
-        self._state_file(name).write_text(json.dumps({"port": running.port, "pid": running.pid}))
+        write_private(self._state_file(name), json.dumps({"port": running.port, "pid": running.pid}))
         return running
 
     def down(self, name: str) -> bool:

@@ -15,15 +15,17 @@ import os
 import secrets
 from pathlib import Path
 
+from conductor_mcp.runs.private import open_private, private_dir
+
 
 class Lease:
     """This process's lease: created and locked on construction, released on close or process death."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.directory = state_dir / "leases"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
+        self.directory = private_dir(state_dir / "leases")
         self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
-        self._file = (self.directory / f"{self.token}.lock").open("w")
+        self._file = open_private(self.directory / f"{self.token}.lock")
         fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound
+from conductor_mcp.runs.private import private_dir, private_file
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -47,10 +48,14 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        private_file(path)  # SQLite gives its -wal and -shm files the database file's mode
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
+        for companion in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if companion.exists():  # made by an older version, or before the database file was private
+                private_file(companion)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.core.pool import mask_url, mask_values
 from conductor_mcp.errors import PoolError
 from conductor_mcp.pools import available_pools, load_pool
 from tests.conftest import sim_pool_doc, write_pool
@@ -145,3 +146,27 @@ def test_unknown_pool_lists_available_and_paths_work(pool_dir: Path) -> None:
 def test_user_pools_shadow_builtin(pool_dir: Path) -> None:
     write_pool(pool_dir, sim_pool_doc(name="sim"))
     assert available_pools([pool_dir, *BUILTIN])["sim"].parent == pool_dir
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+        ("https://user:pass@host.example/v1", "https://***@host.example/v1"),
+        ("https://token@host.example:9/p", "https://***@host.example:9/p"),
+        ("https://h.example/v1?key=abc&x", "https://h.example/v1?key=***&***"),
+        ("http://[::1]:8080/v1#secret", "http://[::1]:8080/v1#***"),
+    ],
+)
+def test_mask_url_keeps_where_and_hides_credentials(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+
+
+def test_public_view_masks_every_model_and_leaves_the_pool_alone(pool_dir: Path) -> None:
+    doc = sim_pool_doc(name="views")
+    doc["workers"][0]["params"] = {"extra_headers": {"X-Api-Key": "k-123"}, "max_tokens": 10}
+    pool = load_pool(str(write_pool(pool_dir, doc)), [])
+    view = pool.public_view()
+    assert view["workers"][0]["params"] == {"extra_headers": {"X-Api-Key": "***"}, "max_tokens": 10}
+    assert pool.workers[0].params["extra_headers"] == {"X-Api-Key": "k-123"}  # the running pool keeps its values
+    assert mask_values({"a": [1, "s", None, True]}) == {"a": [1, "***", None, True]}

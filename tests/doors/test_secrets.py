@@ -74,3 +74,23 @@ async def test_keys_never_leak(tmp_path: Path, pool_dir: Path, faulty_base: str)
     for secret in SECRETS:
         assert not any(secret in text for text in outputs), secret
         assert secret.encode() not in stored, secret
+
+
+async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: Path) -> None:
+    """A pool's params (an Authorization header, say) and its api_base's credentials are shown by name only."""
+    base = "https://bob:pa55word-in-url@llm.example:8443/v1?api_key=q-SECRETquery-123&region=eu#frag-SECRET"
+    conductor = {"model": "hosted_vllm/c", "api_base": base, "api_key_env": "MY_CONDUCTOR_KEY",
+                 "params": {"temperature": 0.3, "extra_headers": {"Authorization": "Bearer hdr-SECRET-0123456789"},
+                            "stop": ["tok-SECRET-in-list"]}}  # fmt: skip
+    workers = [worker("http://127.0.0.1:9", "ok", api_key_file="/keys/worker.txt")]
+    write_pool(pool_dir, {"name": "masked", "conductor": conductor, "workers": workers})
+    service = Service(Settings.from_env().with_pool_dirs_first(pool_dir))
+    async with Client(build_server(service)) as client:
+        text = (await client.read_resource("conductor://pools/masked")).contents[0].text
+    for secret in ("pa55word-in-url", "bob", "q-SECRETquery-123", "hdr-SECRET", "tok-SECRET", "frag-SECRET"):
+        assert secret not in text
+    shown = json.loads(text)["conductor"]
+    assert shown["api_base"] == "https://***@llm.example:8443/v1?api_key=***&region=***#***"
+    assert shown["params"] == {"temperature": 0.3, "extra_headers": {"Authorization": "***"}, "stop": ["***"]}
+    assert shown["api_key_env"] == "MY_CONDUCTOR_KEY"
+    assert json.loads(text)["workers"][0]["api_key_file"] == "/keys/worker.txt"

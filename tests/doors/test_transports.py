@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
+from conductor_mcp.cli import main
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
@@ -122,12 +124,13 @@ def test_nothing_but_json_rpc_reaches_stdout(tmp_path: Path) -> None:
 class HttpServer:
     """`conductor-mcp serve --http` as a subprocess on a free loopback port."""
 
-    def __init__(self, state_dir: Path, pool_dir: Path | None = None, **env: str) -> None:
+    def __init__(self, state_dir: Path, pool_dir: Path | None = None, *args: str, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.token_file = state_dir / "http-token"
         extra = {"CONDUCTOR_POOL_PATH": str(pool_dir)} if pool_dir else {}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port)],
+            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port), *args],
             env=server_env(state_dir, **extra, **env),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -141,6 +144,19 @@ class HttpServer:
             except OSError:
                 time.sleep(0.1)
         raise TimeoutError("HTTP server did not start")
+
+    def client(self) -> Client:
+        """An MCP client that sends the token the server keeps in its state directory."""
+        import httpx2
+
+        token = self.token_file.read_text().strip()
+        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
+        return Client(streamable_http_client(self.url, http_client=http_client))
+
+    def stderr(self) -> str:
+        """What the server wrote on stderr (once it has stopped)."""
+        assert self.proc.stderr and self.proc.poll() is not None
+        return self.proc.stderr.read().decode()
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -183,6 +199,65 @@ async def test_streamable_http_with_bearer_token_and_rebinding_guard(tmp_path: P
         server.stop()
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": LATEST_HANDSHAKE_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+async def test_without_a_token_http_makes_one_in_a_private_file_and_keeps_it(tmp_path: Path) -> None:
+    """Private by default: another local account cannot call a server started with no token configured."""
+    server = HttpServer(tmp_path)
+    try:
+        token = server.token_file.read_text().strip()
+        async with httpx.AsyncClient() as raw:
+            assert (await raw.post(server.url, json=INITIALIZE, headers=MCP_ACCEPT)).status_code == 401
+        async with server.client() as client:
+            assert "orchestrate" in {t.name for t in (await client.list_tools()).tools}
+    finally:
+        server.stop()
+    said = server.stderr()
+    assert len(token) >= 40 and stat.S_IMODE(server.token_file.stat().st_mode) == 0o600
+    assert token not in said
+    assert f"$(cat {server.token_file})" in said and f"claude mcp add --transport http conductor {server.url}" in said
+    assert '"headers": {"Authorization": "Bearer <the text of' in said
+    again = HttpServer(tmp_path)  # a restart keeps the token, so configured clients keep working
+    try:
+        assert server.token_file.read_text().strip() == token
+        async with again.client() as client:
+            await client.list_tools()
+    finally:
+        again.stop()
+
+
+async def test_no_auth_serves_loopback_only_and_says_what_it_exposes(tmp_path: Path) -> None:
+    server = HttpServer(tmp_path, None, "--no-auth")
+    try:
+        async with Client(server.url) as client:
+            assert (await client.list_tools()).tools
+    finally:
+        server.stop()
+    assert "any account on this machine can read every run" in server.stderr()
+    assert not server.token_file.exists()
+
+
+def test_no_auth_refuses_a_host_beyond_loopback_and_a_configured_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["serve", "--http", "--no-auth", "--host", "0.0.0.0"]) == 2
+    assert "--no-auth: only a loopback --host may serve without a token" in capsys.readouterr().err
+    monkeypatch.setenv("CONDUCTOR_HTTP_TOKEN", "a-token-set-on-purpose")
+    assert main(["serve", "--http", "--no-auth"]) == 2
+    assert "CONDUCTOR_HTTP_TOKEN is set too" in capsys.readouterr().err
+
+
 async def test_binding_beyond_loopback_requires_a_token(tmp_path: Path) -> None:
     from conductor_mcp.doors.mcp import build_server
 
@@ -221,7 +296,7 @@ async def test_kill_9_mid_run_then_resume_repeats_no_finished_call(tmp_path: Pat
     for attempt in range(4):
         server = HttpServer(tmp_path / "state", pool_dir, **env)
         try:
-            async with Client(server.url) as client:
+            async with server.client() as client:
                 if run_id is None:
                     result = await client.call_tool("orchestrate", {"task": "t", "pool": "killable", "wait_seconds": 0})
                     run_id = result.structured_content["run_id"]
@@ -239,7 +314,7 @@ async def test_kill_9_mid_run_then_resume_repeats_no_finished_call(tmp_path: Pat
                 server.stop()
     server = HttpServer(tmp_path / "state", pool_dir, **env)
     try:
-        async with Client(server.url) as client:
+        async with server.client() as client:
             result = await client.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 60})
     finally:
         server.stop()
@@ -269,7 +344,7 @@ def test_interrupted_run_shows_interrupted_from_another_process(tmp_path: Path) 
     try:
 
         async def start() -> str:
-            async with Client(server.url) as client:
+            async with server.client() as client:
                 result = await client.call_tool("orchestrate", {"task": "t", "pool": "slowpool", "wait_seconds": 0.5})
             return result.structured_content["run_id"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,14 @@ async def test_managed_server_starts_serves_and_stops(tmp_path: Path) -> None:
 
 async def test_resident_server_is_reused(state: Path, shared_state) -> None:
     assert await local.servers(state).ensure(local.DEFAULT_MODEL) == shared_state[1].base_url
+
+
+def test_resident_server_files_are_private(state: Path) -> None:
+    """The server's port, pid and log (which may quote prompts) are readable by their owner only."""
+    files = list((state / "local").iterdir())
+    assert {p.suffix for p in files} == {".json", ".log"}
+    assert stat.S_IMODE(state.stat().st_mode) == stat.S_IMODE((state / "local").stat().st_mode) == 0o700
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
 
 
 async def test_plan_with_constrained_decoding(state: Path) -> None:
