@@ -4,6 +4,9 @@ conductors, a real unreliable OpenAI-compatible server, and one-line requests.""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressCallback
@@ -145,3 +150,56 @@ async def plan(service: Service, task: str, on_event: ProgressCallback | None = 
 
 def start(service: Service, task: str, workflow: Workflow | None = None, **fields: Any) -> Run:
     return service.start(ask(task, **fields), workflow)
+
+
+# ------------------------------------------------------------------------------ server processes
+
+
+def server_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "CONDUCTOR_STATE_DIR": str(state_dir), **extra}
+
+
+class HttpServer:
+    """`conductor-mcp serve --http` as a subprocess on a free loopback port."""
+
+    def __init__(self, state_dir: Path, pool_dir: Path | None = None, *args: str, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.token_file = state_dir / "http-token"
+        extra = {"CONDUCTOR_POOL_PATH": str(pool_dir)} if pool_dir else {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port), *args],
+            env=server_env(state_dir, **extra, **env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError("HTTP server did not start")
+
+    def client(self) -> Client:
+        """An MCP client that sends the token the server keeps in its state directory."""
+        import httpx2
+
+        token = self.token_file.read_text().strip()
+        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
+        return Client(streamable_http_client(self.url, http_client=http_client))
+
+    def stderr(self) -> str:
+        """What the server wrote on stderr (once it has stopped)."""
+        assert self.proc.stderr and self.proc.poll() is not None
+        return self.proc.stderr.read().decode()
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)

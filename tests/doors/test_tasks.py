@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.doors.test_transports import HttpServer, server_env
+from tests.conftest import HttpServer, server_env
 
 pytestmark = [pytest.mark.slow]
 
@@ -94,10 +94,10 @@ class StdioTasksClient(TasksClient):
 class HttpTasksClient(TasksClient):
     """Streamable HTTP with the SEP-2243 routing headers (Mcp-Name is the task id for tasks/*)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str) -> None:
         super().__init__()
         self.url = url
-        self.http = httpx.Client(timeout=30)
+        self.http = httpx.Client(timeout=30, headers={"authorization": f"Bearer {token}"})
 
     def send(self, method: str, params: dict[str, Any], declare_tasks: bool = True) -> dict[str, Any]:
         headers = {
@@ -176,7 +176,7 @@ def test_stdio_request_without_the_extension_gets_the_plain_result(stdio_client:
 
 def test_http_task_cancelled_then_a_follow_up_is_a_new_task(tmp_path: Path) -> None:
     server = HttpServer(tmp_path, CONDUCTOR_SIM_TIME_SCALE="1", CONDUCTOR_TASK_POLL_MS="100")
-    client = HttpTasksClient(server.url)
+    client = HttpTasksClient(server.url, server.token_file.read_text().strip())
     try:
         created = client.request("tools/call", {"name": "orchestrate", "arguments": MATH})
         assert created["resultType"] == "task" and created["status"] == "working"

@@ -5,14 +5,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
 import random
-import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +23,12 @@ from conductor_mcp.cli import main
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
-from conductor_mcp.models.local import free_port
 from conductor_mcp.service import Service
-from tests.conftest import scripted_pool, sim_pool_doc, write_pool
+from tests.conftest import HttpServer, scripted_pool, server_env, sim_pool_doc, write_pool
 
 pytestmark = [pytest.mark.slow]
 
 MATH = {"task": "What is 6 * 7? Explain step by step.", "pool": "sim"}
-
-
-def server_env(state_dir: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "CONDUCTOR_STATE_DIR": str(state_dir), **extra}
 
 
 async def test_stdio_subprocess_lists_and_calls_tools(tmp_path: Path) -> None:
@@ -119,52 +110,6 @@ def test_nothing_but_json_rpc_reaches_stdout(tmp_path: Path) -> None:
     assert any(json.loads(line).get("method") == "notifications/progress" for line in lines)
     log_lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(entry.get("event") == "step_started" for entry in log_lines)  # it did log, heavily, to stderr
-
-
-class HttpServer:
-    """`conductor-mcp serve --http` as a subprocess on a free loopback port."""
-
-    def __init__(self, state_dir: Path, pool_dir: Path | None = None, *args: str, **env: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.token_file = state_dir / "http-token"
-        extra = {"CONDUCTOR_POOL_PATH": str(pool_dir)} if pool_dir else {}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port), *args],
-            env=server_env(state_dir, **extra, **env),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise TimeoutError("HTTP server did not start")
-
-    def client(self) -> Client:
-        """An MCP client that sends the token the server keeps in its state directory."""
-        import httpx2
-
-        token = self.token_file.read_text().strip()
-        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
-        return Client(streamable_http_client(self.url, http_client=http_client))
-
-    def stderr(self) -> str:
-        """What the server wrote on stderr (once it has stopped)."""
-        assert self.proc.stderr and self.proc.poll() is not None
-        return self.proc.stderr.read().decode()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=20)
 
 
 async def test_streamable_http_with_bearer_token_and_rebinding_guard(tmp_path: Path) -> None:
