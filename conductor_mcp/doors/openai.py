@@ -25,6 +25,7 @@ from conductor_mcp.doors.openai_wire import (
     Asked,
     chat_object,
     chat_request,
+    earlier_turns,
     finished_ok,
     message_item,
     now_s,
@@ -52,6 +53,7 @@ log = get_logger(__name__)
 MODEL = "conductor"
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a long Codex history with tool outputs fits; the run's own limits apply after
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would re-send (and re-pay for) a run that failed
+CHAT_PARAMS = {"task": "messages", "context": "messages", "budget.max_tokens": "max_tokens"}
 Guard = Callable[[Request], Awaitable[Response | None]]
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -92,13 +94,18 @@ class OpenAIDoor:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/v1/responses", self._guarded(self.responses), methods=["POST"]),
-            Route("/v1/chat/completions", self._guarded(self.chat), methods=["POST"]),
+            Route("/v1/responses", self._guarded(self.responses, {"run_id": "previous_response_id"}), methods=["POST"]),
+            Route("/v1/chat/completions", self._guarded(self.chat, CHAT_PARAMS), methods=["POST"]),
             Route("/v1/models", self._guarded(self.models), methods=["GET"]),
             Route("/v1/runs/{run_id}", self._guarded(self.run), methods=["GET"]),
         ]
 
-    def _guarded(self, handler: Handler) -> Handler:
+    def _guarded(self, handler: Handler, params: dict[str, str] | None = None) -> Handler:
+        """The handler behind the Host check, its ConductorErrors answered in OpenAI's shape; `params` renames
+        the fields errors name (a RunRequest field) to the request's own."""
+        names = {"task": "input", "context": "input", "budget.max_tokens": "max_output_tokens", "pool": "model"}
+        names |= params or {}
+
         async def endpoint(request: Request) -> Response:
             if self.guard is not None and (refused := await self.guard(request)) is not None:
                 message = bytes(refused.body).decode(errors="replace")
@@ -106,7 +113,6 @@ class OpenAIDoor:
             try:
                 return await handler(request)
             except ConductorError as exc:
-                names = {"task": "input", "context": "input", "budget.max_tokens": "max_output_tokens"}
                 return openai_error(exc, names)
 
         return endpoint
@@ -135,7 +141,12 @@ class OpenAIDoor:
 
     # -- answering --------------------------------------------------------------------------------
     async def responses(self, request: Request) -> Response:
-        asked = responses_request(await _json_body(request))
+        body = await _json_body(request)
+        previous = body.get("previous_response_id")
+        if previous is not None and not isinstance(previous, str):
+            raise RequestError("previous_response_id: must be a response id (resp_...)")
+        earlier = earlier_turns(self.service.get_run(previous.removeprefix("resp_"))) if previous else None
+        asked = responses_request(body, earlier)
         run, created = self._start(asked), now_s()
         if asked.stream:
             return self._sse(run, ResponsesStream(run, asked.model, created))

@@ -133,8 +133,14 @@ def _model(body: dict[str, Any]) -> str:
     return model
 
 
-def responses_request(body: dict[str, Any]) -> Asked:
-    """A `POST /v1/responses` body, translated."""
+def earlier_turns(previous: Run) -> list[tuple[str, str]]:
+    """A stored run as the turns before a request that names it (`previous_response_id`)."""
+    turns = [("earlier context", previous.context)] if previous.context else []
+    return [*turns, ("user", previous.task), ("assistant", previous.answer or "")]
+
+
+def responses_request(body: dict[str, Any], earlier: list[tuple[str, str]] | None = None) -> Asked:
+    """A `POST /v1/responses` body, translated; `earlier`: the conversation its previous_response_id stands for."""
     model, raw = _model(body), body.get("input")
     if isinstance(raw, str):
         turns = [("user", raw)]
@@ -142,6 +148,7 @@ def responses_request(body: dict[str, Any]) -> Asked:
         turns = [turn for i, item in enumerate(raw) if (turn := _item_turn(item, f"input[{i}]")) is not None]
     else:
         raise RequestError("input: missing; send a string or a list of messages")
+    turns[:0] = earlier or []
     instructions = body.get("instructions")
     if instructions:
         turns.insert(0, ("instructions", _content_text(instructions, "instructions")))

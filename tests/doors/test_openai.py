@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -121,8 +122,9 @@ def test_errors_in_openai_shape(client: openai.OpenAI, server: HttpServer) -> No
     with pytest.raises(openai.NotFoundError) as unknown:
         client.responses.create(model="conductor/nope", input="hi")
     assert unknown.value.code == "model_not_found" and "conductor/sim" in unknown.value.message
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as auth:
         openai.OpenAI(base_url=base_url(server), api_key="wrong", max_retries=0).models.list()
+    assert auth.value.code == "invalid_api_key" and "CONDUCTOR_HTTP_TOKEN" in auth.value.message
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
     with pytest.raises(openai.BadRequestError) as bad:
         client.responses.create(model="conductor", input=[{"role": "user", "content": [image]}])  # type: ignore[list-item]
@@ -185,3 +187,27 @@ def test_sse_events_are_well_formed(server: HttpServer) -> None:
     data = [line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")]
     assert data[-1] == "[DONE]"
     assert all(json.loads(chunk)["object"] == "chat.completion.chunk" for chunk in data[:-1])
+
+
+def test_previous_response_id_carries_the_conversation_across_a_restart(tmp_path: Path) -> None:
+    env = {"CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": TOKEN, "CONDUCTOR_SIM_TIME_SCALE": "0.01"}
+    first_server = HttpServer(tmp_path, None, **env)
+    try:
+        sdk = openai.OpenAI(base_url=base_url(first_server), api_key=TOKEN, max_retries=0)
+        first = sdk.responses.create(model="conductor", input="Name a prime number.", instructions="Be brief.")
+    finally:
+        first_server.stop()
+    server = HttpServer(tmp_path, None, **env)
+    try:
+        sdk = openai.OpenAI(base_url=base_url(server), api_key=TOKEN, max_retries=0)
+        second = sdk.responses.create(model="conductor", input=TASK, previous_response_id=first.id)
+        assert second.metadata is not None
+        run = stored_run(server, second.metadata["conductor_run_id"])
+        with pytest.raises(openai.NotFoundError) as unknown:
+            sdk.responses.create(model="conductor", input=TASK, previous_response_id="resp_0000000000000000")
+    finally:
+        server.stop()
+    assert run["task"] == TASK
+    assert "Be brief." in run["context"] and "[user]\nName a prime number." in run["context"]
+    assert f"[assistant]\n{first.output_text}" in run["context"]
+    assert unknown.value.param == "previous_response_id"
