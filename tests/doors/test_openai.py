@@ -211,3 +211,20 @@ def test_previous_response_id_carries_the_conversation_across_a_restart(tmp_path
     assert "Be brief." in run["context"] and "[user]\nName a prime number." in run["context"]
     assert f"[assistant]\n{first.output_text}" in run["context"]
     assert unknown.value.param == "previous_response_id"
+
+
+def test_a_run_that_fails_mid_stream_ends_the_stream_with_its_error(client: openai.OpenAI) -> None:
+    events = list(client.responses.create(model="conductor", input=TASK, max_output_tokens=1, stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.failed"
+    failed = events[-1].response
+    assert failed.error is not None and failed.error.code == "budget_exhausted"
+    assert failed.usage is not None and failed.usage.total_tokens > 0  # what was spent is still reported
+    with pytest.raises(openai.APIError, match="budget reached"):
+        list(client.chat.completions.create(model="conductor", messages=[{"role": "user", "content": TASK}],
+                                            max_tokens=1, stream=True))  # fmt: skip
+
+
+def test_the_host_check_guards_the_openai_door_too(server: HttpServer) -> None:
+    headers = {"authorization": f"Bearer {TOKEN}", "host": "evil.example:80"}
+    refused = httpx.get(f"{base_url(server)}/models", headers=headers)
+    assert refused.status_code == 421 and refused.json()["error"]["code"] == "forbidden"
