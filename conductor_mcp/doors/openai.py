@@ -78,6 +78,12 @@ def openai_error(exc: ConductorError, field_names: dict[str, str] | None = None)
     return JSONResponse(error_body(message, kind, code, param), status, headers=NO_RETRY)
 
 
+def opening_line(run: Run) -> str:
+    """The first progress line, said by the door: the run's own `conductor_started` event has usually passed
+    before a waiter subscribes, so it is not relayed (it would come twice or not at all)."""
+    return f"run {run.id} on pool {run.pool}: conductor {run.conductor_model} planning"
+
+
 def progress_line(event: ProgressEvent) -> str:
     total = f" ({event.finished_steps}/{event.total_steps} steps done)" if event.total_steps else ""
     return f"{event.message}{total}"
@@ -150,7 +156,7 @@ class OpenAIDoor:
         run, created = self._start(asked), now_s()
         if asked.stream:
             return self._sse(run, ResponsesStream(run, asked.model, created))
-        lines: list[str] = []
+        lines = [opening_line(run)]
         run = await self._finish(run, lines)
         if not finished_ok(run):
             return _failure(run)
@@ -184,7 +190,7 @@ class OpenAIDoor:
 
     async def _finish(self, run: Run, lines: list[str]) -> Run:
         async def collect(event: ProgressEvent) -> None:
-            if event.kind != "heartbeat":
+            if event.kind not in ("heartbeat", "conductor_started"):
                 lines.append(progress_line(event))
 
         return await asyncio.shield(self._watch(run, collect))
@@ -193,10 +199,12 @@ class OpenAIDoor:
         queue: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
 
         async def events() -> AsyncIterator[str]:
-            yield stream.start()
+            yield stream.start() + stream.progress(opening_line(run))
             watcher = self._watch(run, queue.put)
             watcher.add_done_callback(lambda _: queue.put_nowait(None))
             while (event := await queue.get()) is not None:
+                if event.kind == "conductor_started":
+                    continue
                 yield KEEPALIVE if event.kind == "heartbeat" else stream.progress(progress_line(event))
             yield stream.finish(watcher.result())
 

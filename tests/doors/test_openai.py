@@ -92,7 +92,7 @@ def test_responses_stream_reasoning_then_answer_then_completed(client: openai.Op
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     first_text = kinds.index("response.output_text.delta")
     assert kinds.index("response.reasoning_summary_text.delta") < first_text
-    assert "workflow of" in summary and "run done" in summary
+    assert summary.startswith("run ") and "planning\nworkflow of" in summary and "run done" in summary
     assert final.metadata is not None
     run = stored_run(server, final.metadata["conductor_run_id"])
     assert final.output_text == run["answer"] and run["max_steps"] == 2  # effort low: at most two steps
