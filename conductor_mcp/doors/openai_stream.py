@@ -85,7 +85,8 @@ class ResponsesStream:
         index, item = len(output), message_item(run, run.answer or "")
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        events += self._event("response.output_item.added", output_index=index, item={**item, "content": []})
+        opened = {**item, "status": "in_progress", "content": []}
+        events += self._event("response.output_item.added", output_index=index, item=opened)
         events += self._event("response.content_part.added", part=part, **where)
         for delta in _chunks(run.answer or ""):
             events += self._event("response.output_text.delta", delta=delta, logprobs=[], **where)
