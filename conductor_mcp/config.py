@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     server_max_tokens: int | None = Field(default=None, gt=0, description="tokens this process may spend on all runs")
     server_max_usd: float | None = Field(default=None, gt=0, description="USD this process may spend on all runs")
     http_token: str | None = Field(default=None, description="bearer token the HTTP server requires", repr=False)
+    openai_keepalive_s: float = Field(
+        default=10.0, gt=0, description="OpenAI door: seconds between SSE keep-alive comments while a step runs"
+    )
     retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
     task_poll_ms: int = Field(default=2000, ge=50, description="pollIntervalMs a Tasks client is asked to keep")
     sim_time_scale: float | None = Field(default=None, ge=0, description="overrides every sim pool's time_scale")

@@ -3,6 +3,9 @@
     ConductorError                 anything the caller can act on; the message names what is wrong
     ├── SettingsError              a CONDUCTOR_* variable that does not parse (names the variable)
     ├── RequestError               a caller's argument is unusable (names the argument and the limit)
+    │   ├── RequestTooLarge        ... because it is over a size limit
+    │   └── BudgetExhausted        ... because the server's spending cap is reached
+    ├── ModelNotFound              no model (pool) of that name is served
     ├── RunNotFound                no stored run has that id
     ├── PoolError                  a pool name or file that cannot be used (names file, worker, field)
     ├── WorkflowError              the conductor's output cannot be turned into a workflow
@@ -33,6 +36,18 @@ class SettingsError(ConductorError, ValueError):
 
 class RequestError(ConductorError, ValueError):
     """A caller's argument is unusable; the message names the argument and the limit."""
+
+
+class RequestTooLarge(RequestError):
+    """A caller's input is over a size limit; the message names the field, its size and the limit."""
+
+
+class BudgetExhausted(RequestError):
+    """The server's spending cap (CONDUCTOR_SERVER_MAX_TOKENS / _USD) is reached: no new run may start."""
+
+
+class ModelNotFound(ConductorError, LookupError):
+    """A door's model name names no pool on the search path; the message lists the models served."""
 
 
 class RunNotFound(ConductorError, LookupError):

@@ -20,7 +20,7 @@ from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.executor import Executor
-from conductor_mcp.errors import PoolError, RequestError
+from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool
@@ -87,7 +87,7 @@ class Service:
     def _new_run(self, request: RunRequest) -> tuple[Run, Pool]:
         exhausted = self.server_budget.exhausted()
         if exhausted:
-            raise RequestError(f"server: {exhausted}; no new runs until the server restarts")
+            raise BudgetExhausted(f"server: {exhausted}; no new runs until the server restarts")
         try:
             pool = self.pool(request.pool)
         except PoolError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+BUDGET_REACHED = "budget reached"  # in every reason a budget gives for refusing a call (doors recognise it)
+
 
 class CallUsage(BaseModel):
     prompt_tokens: int = 0
@@ -34,9 +36,13 @@ class Budget(BaseModel):
         """Why a next call of ~`next_call` (tokens, USD) on top of `spent` would pass a cap, or None."""
         (tokens, usd), (next_tokens, next_usd) = spent, next_call
         if self.max_tokens is not None and tokens + next_tokens > self.max_tokens:
-            return f"{scope}token budget reached: {tokens} spent + ~{next_tokens} for the next call > {self.max_tokens}"
+            return (
+                f"{scope}token {BUDGET_REACHED}: {tokens} spent + ~{next_tokens} for the next call > {self.max_tokens}"
+            )
         if self.max_usd is not None and usd + next_usd > self.max_usd:
-            return f"{scope}USD budget reached: ${usd:.4f} spent + ~${next_usd:.4f} for the next call > ${self.max_usd}"
+            return (
+                f"{scope}USD {BUDGET_REACHED}: ${usd:.4f} spent + ~${next_usd:.4f} for the next call > ${self.max_usd}"
+            )
         return None
 
 

@@ -1,4 +1,4 @@
-"""The HTTP server: transport, auth and app assembly for the doors served over HTTP (today the MCP door).
+"""The HTTP server: transport, auth and app assembly for the doors served over HTTP (MCP at /mcp, OpenAI at /v1).
 
 Private by default: every request needs `Authorization: Bearer <token>` (the scheme in any case, the token
 compared in constant time), from CONDUCTOR_HTTP_TOKEN or a random one kept 0600 in the state directory;
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
+from conductor_mcp.doors.openai import error_body, openai_routes
 from conductor_mcp.errors import RequestError, SettingsError
 from conductor_mcp.logs import get_logger, register_secret
 from conductor_mcp.runs.private import open_private, private_dir, private_file
@@ -83,7 +84,8 @@ class BearerTokenMiddleware:
         if scope["type"] == "http":
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not self._authorized(supplied):
-                body = json.dumps({"error": "missing or wrong bearer token"}).encode()
+                message = "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN>"
+                body = json.dumps(error_body(message, "invalid_request_error", "invalid_api_key")).encode()
                 await send(
                     {
                         "type": "http.response.start",
@@ -121,8 +123,13 @@ def machine_names() -> list[str]:
     return sorted({name.partition("%")[0] for name in names if name})  # no IPv6 zone ids in a Host header
 
 
-def http_app(server: MCPServer, host: str, token: str | None, allowed_hosts: list[str]) -> Any:
-    """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth."""
+def http_app(
+    server: MCPServer, host: str, token: str | None, allowed_hosts: list[str], service: Service | None = None
+) -> Any:
+    """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth.
+
+    With `service`, the OpenAI-compatible door is mounted beside /mcp, behind the same Host check and token.
+    """
     if not is_loopback(host) and not token:
         raise RequestError(
             f"host: binding to {host!r} exposes the server beyond this machine; set CONDUCTOR_HTTP_TOKEN"
@@ -139,6 +146,9 @@ def http_app(server: MCPServer, host: str, token: str | None, allowed_hosts: lis
         allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts],
     )
     app = server.streamable_http_app(transport_security=security, host=host)
+    if service is not None:
+        guard = TransportSecurityMiddleware(security)
+        app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request)))
     return BearerTokenMiddleware(app, token) if token else app
 
 
@@ -150,9 +160,10 @@ async def serve_http(
 
     if token:
         register_secret(token)  # masked in every log line, whatever logs it
-    app = http_app(server, host, token, allowed_hosts)
+    app = http_app(server, host, token, allowed_hosts, service)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
-    log.info("http_listening", url=f"http://{host}:{port}/mcp", auth="bearer" if token else "none")
+    log.info("http_listening", url=f"http://{host}:{port}/mcp", openai=f"http://{host}:{port}/v1",
+             auth="bearer" if token else "none")  # fmt: skip
     try:
         await uvicorn.Server(config).serve()
     finally:

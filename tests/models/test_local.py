@@ -22,7 +22,7 @@ from conductor_mcp.core.workflow import workflow_json_schema
 from conductor_mcp.models import local
 from conductor_mcp.pools import load_pool
 from conductor_mcp.service import Service
-from tests.conftest import orchestrate, plan
+from tests.conftest import HttpServer, orchestrate, plan
 
 pytestmark = [
     pytest.mark.slow,
@@ -112,3 +112,18 @@ def test_cli_default_needs_no_keys(state: Path) -> None:
     run = json.loads(result.stdout)
     assert run["pool"] == "local" and run["status"] == "done"
     assert run["totals"]["total_tokens"] > 0
+
+
+def test_openai_door_on_the_local_pool(state: Path) -> None:
+    """A real model end to end through the OpenAI-compatible door (the openai SDK against `serve --http`)."""
+    import openai
+
+    server = HttpServer(state, None, CONDUCTOR_POOL="local")
+    try:
+        token = server.token_file.read_text().strip()  # private by default: the token the server generated
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=token, max_retries=0)
+        response = client.responses.create(model="conductor/local", input="Name a primary colour.", timeout=300)
+    finally:
+        server.stop()
+    assert response.status == "completed" and response.output_text
+    assert response.usage is not None and response.usage.total_tokens > 0

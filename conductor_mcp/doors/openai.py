@@ -1,0 +1,243 @@
+"""The OpenAI-compatible door: /v1/responses, /v1/chat/completions, /v1/models and /v1/runs/{id} over HTTP.
+
+Models are pools: `conductor` is the server's default pool, `conductor/<pool>` any pool on the search path. A
+request becomes a RunRequest (openai_wire.py), the service runs it, and the run comes back as a response, a
+completion, or an SSE stream of progress then answer (openai_stream.py). Every answer carries its run id
+(`X-Conductor-Run-Id`). A client that goes away cancels nothing: the run goes on and stays in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.records import Run
+from conductor_mcp.core.request import RunRequest
+from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
+from conductor_mcp.doors.openai_wire import (
+    Asked,
+    chat_object,
+    chat_request,
+    earlier_turns,
+    finished_ok,
+    message_item,
+    now_s,
+    reasoning_item,
+    response_object,
+    responses_request,
+    run_error,
+)
+from conductor_mcp.errors import (
+    BudgetExhausted,
+    ConductorError,
+    ModelNotFound,
+    RequestError,
+    RequestTooLarge,
+    RunNotFound,
+)
+from conductor_mcp.logs import get_logger
+from conductor_mcp.pools import available_pools
+
+if TYPE_CHECKING:
+    from conductor_mcp.service import Service
+
+log = get_logger(__name__)
+
+MODEL = "conductor"
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a long Codex history with tool outputs fits; the run's own limits apply after
+NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would re-send (and re-pay for) a run that failed
+CHAT_PARAMS = {"task": "messages", "context": "messages", "budget.max_tokens": "max_tokens"}
+Guard = Callable[[Request], Awaitable[Response | None]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error_body(message: str, kind: str, code: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def openai_error(exc: ConductorError, field_names: dict[str, str] | None = None) -> JSONResponse:
+    """The one mapping of the error tree to OpenAI's error shape and status."""
+    message = str(exc)
+    head = message.split(":", 1)[0]
+    param = (field_names or {}).get(head, head) if head.replace(".", "").replace("_", "").isalnum() else None
+    status, kind, code = {
+        ModelNotFound: (404, "invalid_request_error", "model_not_found"),
+        RunNotFound: (404, "invalid_request_error", "not_found"),
+        RequestTooLarge: (413, "invalid_request_error", "request_too_large"),
+        BudgetExhausted: (429, "insufficient_quota", "insufficient_quota"),
+    }.get(type(exc), (400, "invalid_request_error", "invalid_value"))
+    if not isinstance(exc, RequestError | ModelNotFound | RunNotFound):
+        status, kind, code, param = 500, "server_error", type(exc).__name__, None
+    return JSONResponse(error_body(message, kind, code, param), status, headers=NO_RETRY)
+
+
+def opening_line(run: Run) -> str:
+    """The first progress line, said by the door: the run's own `conductor_started` event has usually passed
+    before a waiter subscribes, so it is not relayed (it would come twice or not at all)."""
+    return f"run {run.id} on pool {run.pool}: conductor {run.conductor_model} planning"
+
+
+def progress_line(event: ProgressEvent) -> str:
+    total = f" ({event.finished_steps}/{event.total_steps} steps done)" if event.total_steps else ""
+    return f"{event.message}{total}"
+
+
+class OpenAIDoor:
+    """The routes' handlers over one service; `guard` is the server's Host/Origin check (None: none)."""
+
+    def __init__(self, service: Service, guard: Guard | None = None) -> None:
+        self.service = service
+        self.guard = guard
+        self.keepalive_s = service.settings.openai_keepalive_s
+        self._watchers: set[asyncio.Task[Run]] = set()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/responses", self._guarded(self.responses, {"run_id": "previous_response_id"}), methods=["POST"]),
+            Route("/v1/chat/completions", self._guarded(self.chat, CHAT_PARAMS), methods=["POST"]),
+            Route("/v1/models", self._guarded(self.models), methods=["GET"]),
+            Route("/v1/runs/{run_id}", self._guarded(self.run), methods=["GET"]),
+        ]
+
+    def _guarded(self, handler: Handler, params: dict[str, str] | None = None) -> Handler:
+        """The handler behind the Host check, its ConductorErrors answered in OpenAI's shape; `params` renames
+        the fields errors name (a RunRequest field) to the request's own."""
+        names = {"task": "input", "context": "input", "budget.max_tokens": "max_output_tokens", "pool": "model"}
+        names |= params or {}
+
+        async def endpoint(request: Request) -> Response:
+            if self.guard is not None and (refused := await self.guard(request)) is not None:
+                message = bytes(refused.body).decode(errors="replace")
+                return JSONResponse(error_body(message, "invalid_request_error", "forbidden"), refused.status_code)
+            try:
+                return await handler(request)
+            except ConductorError as exc:
+                return openai_error(exc, names)
+
+        return endpoint
+
+    # -- models and runs --------------------------------------------------------------------------
+    def model_ids(self) -> list[str]:
+        return [MODEL, *(f"{MODEL}/{name}" for name in available_pools(list(self.service.settings.pool_dirs)))]
+
+    def pool_for(self, model: str) -> str | None:
+        """The pool a model name stands for (None: the server's default); unknown names are ModelNotFound."""
+        if model == MODEL:
+            return None
+        name = model.removeprefix(f"{MODEL}/")
+        if model.startswith(f"{MODEL}/") and model in self.model_ids():
+            return name
+        raise ModelNotFound(f"model: no model named {model!r}; this server has {', '.join(self.model_ids())}")
+
+    async def models(self, request: Request) -> Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "conductor-mcp"} for m in self.model_ids()]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def run(self, request: Request) -> Response:
+        """The stored transcript, the same JSON as the MCP resource conductor://runs/{run_id}."""
+        run = self.service.get_run(request.path_params["run_id"])
+        return Response(run.model_dump_json(indent=2), media_type="application/json")
+
+    # -- answering --------------------------------------------------------------------------------
+    async def responses(self, request: Request) -> Response:
+        body = await _json_body(request)
+        previous = body.get("previous_response_id")
+        if previous is not None and not isinstance(previous, str):
+            raise RequestError("previous_response_id: must be a response id (resp_...)")
+        earlier = earlier_turns(self.service.get_run(previous.removeprefix("resp_"))) if previous else None
+        asked = responses_request(body, earlier)
+        run, created = self._start(asked), now_s()
+        if asked.stream:
+            return self._sse(run, ResponsesStream(run, asked.model, created))
+        lines = [opening_line(run)]
+        run = await self._finish(run, lines)
+        if not finished_ok(run):
+            return _failure(run)
+        output = [reasoning_item(run, "\n".join(lines))] if lines else []
+        output.append(message_item(run, run.answer or ""))
+        return _with_run_id(JSONResponse(response_object(run, asked.model, output, created)), run)
+
+    async def chat(self, request: Request) -> Response:
+        asked = chat_request(await _json_body(request))
+        run, created = self._start(asked), now_s()
+        if asked.stream:
+            return self._sse(run, ChatStream(run, asked.model, created))
+        run = await self._finish(run, [])
+        if not finished_ok(run):
+            return _failure(run)
+        return _with_run_id(JSONResponse(chat_object(run, asked.model, created)), run)
+
+    def _start(self, asked: Asked) -> Run:
+        pool = self.pool_for(asked.model)
+        request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **asked.run_fields)
+        run = self.service.start(request)
+        log.info("openai_run_started", run_id=run.id, model=asked.model, stream=asked.stream)
+        return run
+
+    def _watch(self, run: Run, on_event: Callable[[ProgressEvent], Awaitable[None]]) -> asyncio.Task[Run]:
+        """Wait on the run in a task of its own, so that a caller who goes away does not cancel the run."""
+        task = asyncio.get_running_loop().create_task(self.service.wait(run.id, None, on_event, self.keepalive_s))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+        return task
+
+    async def _finish(self, run: Run, lines: list[str]) -> Run:
+        async def collect(event: ProgressEvent) -> None:
+            if event.kind not in ("heartbeat", "conductor_started"):
+                lines.append(progress_line(event))
+
+        return await asyncio.shield(self._watch(run, collect))
+
+    def _sse(self, run: Run, stream: ResponsesStream | ChatStream) -> Response:
+        queue: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
+
+        async def events() -> AsyncIterator[str]:
+            yield stream.start() + stream.progress(opening_line(run))
+            watcher = self._watch(run, queue.put)
+            watcher.add_done_callback(lambda _: queue.put_nowait(None))
+            while (event := await queue.get()) is not None:
+                if event.kind == "conductor_started":
+                    continue
+                yield KEEPALIVE if event.kind == "heartbeat" else stream.progress(progress_line(event))
+            yield stream.finish(watcher.result())
+
+        headers = {"cache-control": "no-cache", "x-accel-buffering": "no", "x-conductor-run-id": run.id}
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    declared = request.headers.get("content-length", "0")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestTooLarge(f"body: {declared} bytes, over the limit of {MAX_BODY_BYTES}")
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise RequestTooLarge(f"body: {len(raw)} bytes, over the limit of {MAX_BODY_BYTES}")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise RequestError("body: not valid JSON; send a JSON object") from None
+    if not isinstance(body, dict):
+        raise RequestError("body: must be a JSON object")
+    return body
+
+
+def _failure(run: Run) -> Response:
+    status, error = run_error(run)
+    return _with_run_id(JSONResponse({"error": error}, status, headers=NO_RETRY), run)
+
+
+def _with_run_id(response: Response, run: Run) -> Response:
+    response.headers["x-conductor-run-id"] = run.id
+    return response
+
+
+def openai_routes(service: Service, guard: Guard | None = None) -> list[Route]:
+    """The door's routes, for doors/http.py to mount beside /mcp."""
+    return OpenAIDoor(service, guard).routes()

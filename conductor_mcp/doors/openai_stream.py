@@ -1,0 +1,129 @@
+"""The OpenAI streaming formats: a run's progress as reasoning summaries, then its answer as text deltas.
+
+Responses: `response.created`, a reasoning item whose summary grows with each progress line, then the assistant
+message (`response.output_text.delta`s, `response.output_item.done`) and `response.completed` with usage.
+Chat Completions: `chat.completion.chunk`s with `reasoning_content` deltas (as vLLM emits them), `content`
+deltas, a final chunk with `finish_reason`, a usage chunk, then `data: [DONE]`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conductor_mcp.core.records import Run
+from conductor_mcp.doors.openai_wire import (
+    chat_usage,
+    finished_ok,
+    message_item,
+    reasoning_item,
+    response_object,
+    run_error,
+)
+
+KEEPALIVE = ": keep-alive\n\n"
+TEXT_CHUNK = 400  # characters per answer delta
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i : i + TEXT_CHUNK] for i in range(0, len(text), TEXT_CHUNK)] or [""]
+
+
+class ResponsesStream:
+    """Builds the Responses event sequence for one run; `sequence_number` grows by one per event."""
+
+    def __init__(self, run: Run, model: str, created: int) -> None:
+        self.run, self.model, self.created = run, model, created
+        self.sequence = 0
+        self.summary = ""
+
+    def _event(self, kind: str, **fields: Any) -> str:
+        data = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(data)}\n\n"
+
+    def _response(self, output: list[dict[str, Any]]) -> dict[str, Any]:
+        return response_object(self.run, self.model, output, self.created)
+
+    def start(self) -> str:
+        return self._event("response.created", response=self._response([])) + self._event(
+            "response.in_progress", response=self._response([])
+        )
+
+    def progress(self, line: str) -> str:
+        """A progress line as a reasoning-summary delta (the reasoning item opens with the first one)."""
+        opening = ""
+        if not self.summary:
+            item = {**reasoning_item(self.run, ""), "summary": []}
+            opening = self._event("response.output_item.added", output_index=0, item=item) + self._event(
+                "response.reasoning_summary_part.added", item_id=item["id"], output_index=0, summary_index=0,
+                part={"type": "summary_text", "text": ""},
+            )  # fmt: skip
+        self.summary += line + "\n"
+        return opening + self._event(
+            "response.reasoning_summary_text.delta", item_id=f"rs_{self.run.id}", output_index=0, summary_index=0,
+            delta=line + "\n",
+        )  # fmt: skip
+
+    def _close_reasoning(self) -> tuple[str, list[dict[str, Any]]]:
+        if not self.summary:
+            return "", []
+        item, where = reasoning_item(self.run, self.summary), {"output_index": 0, "summary_index": 0}
+        events = (
+            self._event("response.reasoning_summary_text.done", item_id=item["id"], text=self.summary, **where)
+            + self._event("response.reasoning_summary_part.done", item_id=item["id"], part=item["summary"][0], **where)
+            + self._event("response.output_item.done", output_index=0, item=item)
+        )
+        return events, [item]
+
+    def finish(self, run: Run) -> str:
+        """The answer as text deltas, then `response.completed` (or `.incomplete`, or `.failed` without one)."""
+        self.run = run
+        events, output = self._close_reasoning()
+        if not finished_ok(run):
+            return events + self._event("response.failed", response=self._response(output))
+        index, item = len(output), message_item(run, run.answer or "")
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        opened = {**item, "status": "in_progress", "content": []}
+        events += self._event("response.output_item.added", output_index=index, item=opened)
+        events += self._event("response.content_part.added", part=part, **where)
+        for delta in _chunks(run.answer or ""):
+            events += self._event("response.output_text.delta", delta=delta, logprobs=[], **where)
+        events += self._event("response.output_text.done", text=run.answer, logprobs=[], **where)
+        events += self._event("response.content_part.done", part=item["content"][0], **where)
+        events += self._event("response.output_item.done", output_index=index, item=item)
+        final = self._response([*output, item])
+        return events + self._event(f"response.{final['status']}", response=final)
+
+
+class ChatStream:
+    """Builds the `chat.completion.chunk` sequence for one run."""
+
+    def __init__(self, run: Run, model: str, created: int) -> None:
+        self.run, self.model, self.created = run, model, created
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        data = {
+            "id": f"chatcmpl-{self.run.id}", "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "choices": choices, "conductor_run_id": self.run.id, **extra,
+        }  # fmt: skip
+        return f"data: {json.dumps(data)}\n\n"
+
+    def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        return self._chunk([{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}])
+
+    def start(self) -> str:
+        return self._delta({"role": "assistant", "content": ""})
+
+    def progress(self, line: str) -> str:
+        return self._delta({"reasoning_content": line + "\n"})
+
+    def finish(self, run: Run) -> str:
+        """Content deltas, the finish reason, usage, [DONE]; a run without an answer ends in an error event."""
+        if not finished_ok(run):
+            return f"data: {json.dumps({'error': run_error(run)[1]})}\n\ndata: [DONE]\n\n"
+        events = "".join(self._delta({"content": delta}) for delta in _chunks(run.answer or ""))
+        events += self._delta({}, "length" if run.stop_reason else "stop")
+        events += self._chunk([], usage=chat_usage(run.totals))
+        return events + "data: [DONE]\n\n"

@@ -1,0 +1,103 @@
+"""A real OpenAI client that only speaks the Responses API: Codex CLI (npm @openai/codex) against the sim pool.
+
+.ci/run installs it and sets CONDUCTOR_CODEX_BIN; elsewhere the test runs when `codex` is on PATH. Codex runs
+offline: a custom provider at the local server, no retries, no update check (see FACTS.md for why each line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import HttpServer
+
+CODEX = os.environ.get("CONDUCTOR_CODEX_BIN") or shutil.which("codex")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.external,
+    pytest.mark.skipif(CODEX is None and not os.environ.get("CI"), reason="Codex CLI not installed (CI installs it)"),
+]
+
+TOKEN = "codex-door-token-for-tests"
+CONFIG = """\
+model_provider = "conductor"
+model = "conductor/sim"
+check_for_update_on_startup = false
+web_search = "disabled"
+
+[model_providers.conductor]
+name = "conductor-mcp"
+base_url = "http://127.0.0.1:{port}/v1"
+wire_api = "responses"
+env_key = "CONDUCTOR_TEST_CODEX_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+stream_idle_timeout_ms = 120000
+
+[features]
+unbounded_connection_retries = false
+plugins = false
+
+[analytics]
+enabled = false
+"""
+
+
+@pytest.fixture
+def codex_home() -> Iterator[Path]:
+    """CODEX_HOME and HOME outside /tmp (Codex treats /tmp specially), removed afterwards."""
+    cache = Path.home() / ".cache"
+    cache.mkdir(exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="conductor-codex-test-", dir=cache))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_codex_exec_answers_with_a_run_on_the_sim_pool(tmp_path: Path, codex_home: Path) -> None:
+    assert CODEX, "CI must install Codex CLI (see .ci/run)"
+    server = HttpServer(tmp_path / "state", CONDUCTOR_HTTP_TOKEN=TOKEN, CONDUCTOR_SIM_TIME_SCALE="0.01")
+    try:
+        (codex_home / "config.toml").write_text(CONFIG.format(port=server.port), encoding="utf-8")
+        workdir = codex_home / "work"
+        workdir.mkdir()
+        env = {
+            **os.environ, "CODEX_HOME": str(codex_home), "HOME": str(codex_home),
+            "CONDUCTOR_TEST_CODEX_KEY": TOKEN, "NO_COLOR": "1",
+        }  # fmt: skip
+        result = subprocess.run(
+            [CODEX, "exec", "--skip-git-repo-check", "--json", "What is 6 * 7? Explain step by step."],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=workdir, timeout=180,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        messages = [
+            e["item"]["text"] for e in events
+            if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"
+        ]  # fmt: skip
+        assert messages, result.stdout[-3000:]
+        runs = httpx.get(
+            f"http://127.0.0.1:{server.port}/v1/runs/{_last_run_id(tmp_path)}",
+            headers={"authorization": f"Bearer {TOKEN}"},
+        ).json()
+        assert runs["status"] == "done" and runs["answer"].strip() == messages[-1].strip()
+        assert runs["task"].startswith("What is 6 * 7?")
+        assert "[developer]" in (runs["context"] or "")  # Codex's system prompt reached the workers as context
+    finally:
+        server.stop()
+
+
+def _last_run_id(tmp_path: Path) -> str:
+    from conductor_mcp.config import Settings
+    from conductor_mcp.service import Service
+
+    rows = Service(Settings.from_env(state_dir=tmp_path / "state")).list_runs(1)
+    assert rows, "Codex's request started no run"
+    return str(rows[0]["id"])

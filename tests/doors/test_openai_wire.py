@@ -1,0 +1,68 @@
+"""The OpenAI wire translation on its own (no server): conversations into task and context, limits into a run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conductor_mcp.core.request import MAX_CONTEXT_CHARS
+from conductor_mcp.doors.openai_wire import chat_request, responses_request
+from conductor_mcp.errors import RequestError, RequestTooLarge
+
+
+def test_a_codex_style_history_keeps_tool_turns_in_order_and_skips_reasoning() -> None:
+    asked = responses_request(
+        {
+            "model": "conductor", "instructions": "You are Codex.", "stream": True,
+            "tools": [{"type": "function", "name": "exec_command", "parameters": {}}],
+            "input": [
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox rules"}]},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the bug"}]},
+                {"type": "reasoning", "summary": [], "encrypted_content": "opaque"},
+                {"type": "function_call", "name": "exec_command", "arguments": '{"cmd": "ls"}', "call_id": "c1"},
+                {"type": "function_call_output", "call_id": "c1", "output": "main.py"},
+            ],
+        }
+    )  # fmt: skip
+    assert asked.task == "fix the bug" and asked.stream
+    assert asked.context is not None and "opaque" not in asked.context
+    order = ["[instructions]\nYou are Codex.", "[developer]\nsandbox rules", "exec_command", "c1)\nmain.py"]
+    assert [asked.context.index(piece) for piece in order] == sorted(asked.context.index(p) for p in order)
+
+
+def test_chat_messages_and_limits() -> None:
+    asked = chat_request(
+        {
+            "model": "conductor/sim", "max_tokens": 900, "reasoning_effort": "minimal", "metadata": {"max_usd": "0.5"},
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": [{"type": "text", "text": "the task"}]},
+            ],
+        }
+    )  # fmt: skip
+    assert asked.task == "the task" and asked.context == "[system]\nsys"
+    assert asked.run_fields == {"budget": {"max_tokens": 900, "max_usd": 0.5}, "max_steps": 1}
+    high = chat_request({"model": "m", "reasoning_effort": "high", "messages": [{"role": "user", "content": "x"}]})
+    assert high.run_fields["max_steps"] == 20 and "self_correct" not in high.run_fields
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "message"),
+    [
+        ({"model": "conductor"}, RequestError, "input: missing"),
+        ({"input": "x"}, RequestError, "model: missing"),
+        ({"model": "c", "input": [{"role": "assistant", "content": "hi"}]}, RequestError, "no user message"),
+        (
+            {"model": "c", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            RequestError,
+            "file input (input_file) is not supported",
+        ),
+        ({"model": "c", "input": "x", "metadata": {"max_usd": "lots"}}, RequestError, "metadata.max_usd"),
+        ({"model": "c", "input": "x", "reasoning": {"effort": "max"}}, RequestError, "reasoning.effort: must be"),
+        ({"model": "c", "input": "x", "instructions": "y" * (MAX_CONTEXT_CHARS + 1)}, RequestTooLarge, "context limit"),
+    ],
+)
+def test_bad_requests_name_the_field(body: dict, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        responses_request(body)
