@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.store import Store
 
 WRITER = """
 import sys
 from pathlib import Path
+from typing import Any
 from conductor_mcp.runs.store import Store
 from conductor_mcp.core.records import Run, StepRecord
 store = Store(Path(sys.argv[1]))
@@ -49,3 +57,78 @@ def test_step_messages_are_kept_when_a_later_save_omits_them(tmp_path: Path) -> 
     assert store.step_messages("r1", "0") == [{"role": "user", "content": "hello"}]
     assert store.load_run("r1").steps[0].output == "answer"
     assert Path(tmp_path / "db.sqlite3-wal").exists()  # WAL mode
+
+
+def _run(run_id: str, **fields: Any) -> Run:
+    return Run(id=run_id, task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=1, **fields)
+
+
+def test_a_corrupt_store_file_is_a_named_store_error(tmp_path: Path) -> None:
+    """Garbage over the file: opening it says which file and what to do, and moving it aside recovers."""
+    db = tmp_path / "runs.sqlite3"
+    store = Store(db)
+    store.save_run(_run("r1"))
+    store.close()
+    db.write_bytes(os.urandom(64 * 1024))
+    with pytest.raises(StoreError, match="is corrupt") as caught:
+        Store(db)
+    assert str(db) in str(caught.value) and "move it aside" in str(caught.value)
+    db.rename(db.with_name("runs.sqlite3.corrupt"))
+    assert Store(db).list_runs() == []  # a new store, as the message promised
+
+
+def test_a_store_damaged_after_its_header_fails_on_read_with_a_store_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    store = Store(db)
+    for i in range(200):
+        store.save_run(_run(f"r{i}", context="x" * 2000))
+    store.close()
+    with db.open("r+b") as handle:  # keep the 100-byte header and the schema page, scribble over the rest
+        handle.seek(4096)
+        handle.write(os.urandom(db.stat().st_size - 4096))
+    with pytest.raises(StoreError, match="is corrupt") as caught:
+        reopened = Store(db)
+        reopened.list_runs(1000)
+        for i in range(200):
+            reopened.load_run(f"r{i}")
+    assert str(db) in str(caught.value)
+
+
+def test_a_full_disk_is_a_store_error_that_says_what_to_do(tmp_path: Path) -> None:
+    """SQLITE_FULL, made real with max_page_count: the write fails with advice, and works once space returns."""
+    store = Store(tmp_path / "runs.sqlite3")
+    store.save_run(_run("r1"))
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    big = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i" * 50_000)
+    with pytest.raises(StoreError, match="database or disk is full") as caught:
+        store.save_step("r1", 0, big, None)
+    message = str(caught.value)
+    assert str(tmp_path / "runs.sqlite3") in message and "free disk space" in message
+    assert "continue_workflow r1" in message
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    store.save_step("r1", 0, big, None)
+    assert store.load_run("r1").steps[0].instruction == "i" * 50_000
+
+
+def test_update_is_atomic_across_connections(tmp_path: Path) -> None:
+    """A change made inside `update` cannot be overtaken by another connection's write (compare-and-swap)."""
+    db = tmp_path / "runs.sqlite3"
+    first, second = Store(db), Store(db)
+    first.save_run(_run("r1", status="interrupted"))
+    inside = threading.Event()
+
+    def slow_claim(run: Run) -> list[int] | None:
+        inside.set()
+        time.sleep(0.3)
+        run.status, run.owner = "running", "first"
+        return []
+
+    claimer = threading.Thread(target=first.update, args=("r1", slow_claim))
+    claimer.start()
+    inside.wait(5)
+    seen = second.update("r1", lambda run: None)  # blocks until the first transaction commits
+    claimer.join()
+    assert (seen.status, seen.owner) == ("running", "first")
+    stored = second.load_run("r1")
+    assert (stored.status, stored.owner) == ("running", "first")
