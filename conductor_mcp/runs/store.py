@@ -19,6 +19,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,26 @@ def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:
     if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
         return f"run store {path} cannot be written ({exc}): check the permissions of the file and its directory"
     return f"run store {path}: {exc}{resume}"
+
+
+@dataclass
+class StoreStats:
+    """The store's size and contents, for `doctor`."""
+
+    path: Path
+    file_bytes: int
+    runs_by_status: dict[str, int]
+    oldest: str | None
+
+
+@dataclass
+class Pruned:
+    """What `prune` removed (or would remove, on a dry run)."""
+
+    runs: int
+    data_bytes: int
+    file_bytes_before: int
+    file_bytes_after: int
 
 
 _SAVE_RUN = (
@@ -193,3 +214,45 @@ class Store:
             rows = self._db.execute(query, (*params, limit)).fetchall()
         keys = ("id", "created_at", "updated_at", "status", "parent_id", "pool", "task")
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def file_bytes(self) -> int:
+        """The store's size on disk: the database and its write-ahead log."""
+        files = (self.path, self.path.with_name(self.path.name + "-wal"))
+        return sum(f.stat().st_size for f in files if f.exists())
+
+    def stats(self) -> StoreStats:
+        with self._guard():
+            counts = self._db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status").fetchall()
+            oldest = self._db.execute("SELECT MIN(created_at) FROM runs").fetchone()[0]
+        return StoreStats(self.path, self.file_bytes(), dict(counts), oldest)
+
+    def prune(self, updated_before: str, statuses: list[str] | None, dry_run: bool) -> Pruned:
+        """Delete runs (and their steps) last updated before the cutoff, never a running one; then VACUUM.
+
+        A follow-up run keeps its own copies of the steps it inherited, so pruning a parent loses nothing of
+        its children.
+        """
+        where = "updated_at < ? AND status != 'running'"
+        params: tuple[Any, ...] = (updated_before,)
+        if statuses:
+            where += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += tuple(statuses)
+        chosen = f"SELECT id FROM runs WHERE {where}"
+        before = self.file_bytes()
+        with self._guard():
+            runs, run_bytes = self._db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(doc) + LENGTH(task)), 0) FROM runs WHERE {where}", params
+            ).fetchone()
+            step_bytes = self._db.execute(
+                "SELECT COALESCE(SUM(LENGTH(record) + COALESCE(LENGTH(messages), 0)), 0) FROM steps "
+                f"WHERE run_id IN ({chosen})",
+                params,
+            ).fetchone()[0]
+            if not dry_run and runs:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(f"DELETE FROM steps WHERE run_id IN ({chosen})", params)
+                self._db.execute(f"DELETE FROM runs WHERE {where}", params)
+                self._db.execute("COMMIT")
+                self._db.execute("VACUUM")  # give the space back to the file system
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return Pruned(runs, run_bytes + step_bytes, before, self.file_bytes())

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.store import Store
 
@@ -132,3 +132,21 @@ def test_update_is_atomic_across_connections(tmp_path: Path) -> None:
     assert (seen.status, seen.owner) == ("running", "first")
     stored = second.load_run("r1")
     assert (stored.status, stored.owner) == ("running", "first")
+
+
+def test_prune_deletes_old_finished_runs_and_their_steps_never_running_ones(tmp_path: Path) -> None:
+    store = Store(tmp_path / "runs.sqlite3")
+    for run_id, status in (("old-done", "done"), ("old-failed", "failed"), ("old-running", "running")):
+        store.save_run(_run(run_id, status=status, context="x" * 100_000))
+        record = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i")
+        store.save_step(run_id, 0, record, [{"role": "user", "content": "y" * 100_000}])
+    cutoff = now()
+    store.save_run(_run("new-done", status="done"))
+    dry = store.prune(cutoff, ["done"], dry_run=True)
+    assert dry.runs == 1 and dry.data_bytes > 200_000 and len(store.list_runs()) == 4
+    pruned = store.prune(cutoff, None, dry_run=False)
+    assert pruned.runs == 2 and pruned.file_bytes_after < pruned.file_bytes_before
+    assert sorted(r["id"] for r in store.list_runs()) == ["new-done", "old-running"]
+    assert store._db.execute("SELECT COUNT(*) FROM steps WHERE run_id LIKE 'old-d%'").fetchone()[0] == 0
+    stats = store.stats()
+    assert stats.runs_by_status == {"done": 1, "running": 1} and stats.oldest is not None
