@@ -208,13 +208,20 @@ class Service:
         return run
 
     def _flush_unsaved(self, run_id: str) -> None:
-        """Write what a run did while the store could not be written (its finished steps), now that it can."""
-        run = self._unsaved.get(run_id)
-        if run is None:
+        """Write what a run did while the store could not be written (steps that finished meanwhile), now that
+        it can; unless another process has taken the run over since, whose record then stands."""
+        unsaved = self._unsaved.get(run_id)
+        if unsaved is None:
             return
-        for position, step in enumerate(run.steps):
-            self.store.save_step(run.id, position, step, None)
-        self.store.save_run(run)
+
+        def write_back(stored: Run) -> list[int] | None:
+            if stored.owner != self.lease.token:
+                return None
+            for name in Run.model_fields:
+                setattr(stored, name, getattr(unsaved, name))
+            return list(range(len(stored.steps)))
+
+        self.store.update(run_id, write_back)
         del self._unsaved[run_id]
 
     def _follow_up(self, parent: Run, feedback: str) -> Run:
@@ -302,6 +309,7 @@ class Service:
         except StoreError as exc:  # the run stops: going on would pay for calls whose results cannot be kept
             log.error("run_store_failed", run_id=run.id, error=str(exc))
             run.status, run.error = "interrupted", str(exc)
+            self._unsaved[run.id] = run  # what the store missed is written by continue_run
         except Exception as exc:  # an engine bug must still leave a readable, finished record
             log.exception("run_crashed", run_id=run.id)
             run.status, run.error = "failed", f"internal error: {type(exc).__name__}: {exc}"

@@ -62,7 +62,9 @@ def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:
             "-shm files beside it); a new, empty store is created at the next start and nothing else is lost"
         )
     if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
-        return f"run store {path} cannot be written ({exc}): check the permissions of the file and its directory"
+        return (
+            f"run store {path} cannot be written ({exc}): check the permissions of the file and its directory{resume}"
+        )
     return f"run store {path}: {exc}{resume}"
 
 

@@ -63,6 +63,31 @@ async def test_a_full_disk_interrupts_the_run_and_continue_resumes_it_without_re
     assert [calls[step.messages_digest or ""] for step in resumed.steps] == [1, 1, 1]
 
 
+async def test_a_step_that_finishes_while_the_store_cannot_be_written_is_not_paid_for_again(
+    tmp_path: Path, pool_dir: Path
+) -> None:
+    """Step 1 ends while every write fails: its answer is kept in memory and written when the run is continued."""
+    fan_in = [("model_0", "Quick.", []), ("model_1", "Slow.", []), ("model_2", "Join.", [0, 1])]
+    latency = {"alpha": 0.1, "beta": 1.0, "gamma": 0.1}
+    workers = {name: {"first_token_s": delay, "output_tokens": 5} for name, delay in latency.items()}
+    scripted_pool(pool_dir, "fan", fan_in, simulation={"workers": workers})
+    service = _service(tmp_path, pool_dir)
+
+    async def refuse_writes_after_step_0(event) -> None:
+        if event.kind == "step_finished" and event.step.key == "0":
+            service.store._db.execute("PRAGMA query_only = 1")  # every write fails from here on
+
+    run = service.start(ask("task", pool="fan"))
+    run = await service.wait(run.id, 30, refuse_writes_after_step_0)
+    assert run.status == "interrupted" and [s.status for s in run.steps[:2]] == ["done", "done"], run.error
+    assert Store(service.settings.db_path).load_run(run.id).steps[1].status == "running"  # the store missed it
+    service.store._db.execute("PRAGMA query_only = 0")
+    resumed = await service.wait(service.continue_run(run.id).id, 30)
+    assert resumed.status == "done", resumed.error
+    calls = _worker_calls(tmp_path)
+    assert [calls[step.messages_digest or ""] for step in resumed.steps] == [1, 1, 1]
+
+
 async def test_a_running_run_of_this_server_that_is_not_executing_here_can_be_continued(
     tmp_path: Path, pool_dir: Path
 ) -> None:
