@@ -18,6 +18,7 @@ from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -73,10 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("run_id")
     show.add_argument("--json", action="store_true")
 
-    runs = sub.add_parser("runs", help="list recent runs")
-    runs.add_argument("--limit", type=int, default=20)
-    runs.add_argument("--status", help="only runs in this status")
-    runs.add_argument("--json", action="store_true")
+    _runs_parser(sub)
 
     serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
@@ -93,6 +91,22 @@ def _parser() -> argparse.ArgumentParser:
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
     return parser
+
+
+def _runs_parser(sub: Any) -> None:
+    """`runs` lists; `runs prune` deletes old runs (retention)."""
+    runs = sub.add_parser("runs", help="list recent runs (`runs prune --help`: delete old ones)")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--status", help="only runs in this status")
+    runs.add_argument("--json", action="store_true")
+    prune = runs.add_subparsers(dest="runs_action").add_parser(
+        "prune", help="delete runs (and their steps) not updated for DAYS days; running runs are never deleted"
+    )
+    prune.add_argument("--older-than", type=float, required=True, metavar="DAYS", help="last updated over DAYS ago")
+    prune.add_argument(
+        "--status", action="append", choices=PRUNABLE, help="only runs in this status (repeatable; default: any)"
+    )
+    prune.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
 
 
 def run_async(coro: Coroutine[Any, Any, int]) -> int:
@@ -200,8 +214,34 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB"
+
+
+def _prune(args: argparse.Namespace, settings: Settings) -> int:
+    """Retention: nothing removes runs on its own, so old ones are deleted here, by age and status."""
+    import datetime as dt
+
+    from conductor_mcp.runs.store import Store
+
+    if args.older_than < 0:
+        raise ValueError(f"--older-than: must be 0 or more days, got {args.older_than}")
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=args.older_than)
+    store = Store(settings.db_path)
+    pruned = store.prune(cutoff.isoformat(timespec="milliseconds"), args.status, args.dry_run)
+    store.close()
+    verb = "would delete" if args.dry_run else "deleted"
+    _say(f"{verb} {pruned.runs} runs ({_mib(pruned.data_bytes)} of run data) from {settings.db_path}")
+    if not args.dry_run and pruned.runs:
+        _say(f"store file: {_mib(pruned.file_bytes_before)} -> {_mib(pruned.file_bytes_after)} (vacuumed)")
+    return EXIT_OK
+
+
 def _runs(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.service import Service
+
+    if args.runs_action == "prune":
+        return _prune(args, settings)
 
     rows = Service(settings).list_runs(args.limit, args.status)
     if args.json:
@@ -231,16 +271,32 @@ def _pools(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _doctor(settings: Settings) -> int:
-    from conductor_mcp.pools import diagnose
-    from conductor_mcp.service import Service
+    from conductor_mcp.pools import default_pool, diagnose
 
-    service = Service(settings)
     reason = "CONDUCTOR_POOL" if settings.pool else "the first pool whose API keys are set, else local"
-    _say(f"default pool: {service.default_pool_name()} ({reason})")
+    _say(f"default pool: {settings.pool or default_pool(list(settings.pool_dirs))} ({reason})")
     for diagnosis in diagnose(list(settings.pool_dirs)):
         _say(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
         for problem in diagnosis.problems:
             _say(f"{'':<12} - {problem}")
+    return _doctor_store(settings)
+
+
+def _doctor_store(settings: Settings) -> int:
+    """The run store's size and contents; a store that cannot be read is reported, not a traceback."""
+    from conductor_mcp.runs.store import Store
+
+    try:
+        store = Store(settings.db_path)
+        stats = store.stats()
+        store.close()
+    except ConductorError as exc:
+        _say(f"run store: NOT USABLE: {exc}")
+        return EXIT_BAD_INPUT
+    counts = ", ".join(f"{n} {status}" for status, n in stats.runs_by_status.items()) or "no runs"
+    _say(f"run store: {stats.path} ({_mib(stats.file_bytes)}): {counts}")
+    if stats.oldest:
+        _say(f"{'':<12} oldest run created {stats.oldest[:19]}; `runs prune --older-than DAYS` deletes old runs")
     return EXIT_OK
 
 

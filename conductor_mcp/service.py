@@ -20,7 +20,7 @@ from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.executor import Executor
-from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError
+from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError, StoreError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool
@@ -48,6 +48,7 @@ class Service:
             max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
         )
         self._pools: dict[str, Pool] = {}
+        self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
         self._default_pool: str | None = None
 
@@ -174,6 +175,7 @@ class Service:
             if feedback:
                 raise RequestError(f"feedback: run {run_id} is still running; collect it before giving feedback")
             return active
+        self._flush_unsaved(run_id)
         run = self.reconcile(run_id)
         if run.status == "running":
             raise RequestError(f"run_id: run {run_id} is running in another server process")
@@ -187,9 +189,41 @@ class Service:
             raise RequestError(f"pool: {exc}") from None
         if pool.digest() != run.pool_digest:
             log.warning("pool_changed_since_run_started", run_id=run_id, pool=run.pool)
-        run.error = None
-        self._launch(run, pool)
+        run = self._claim(run_id)
+        self.active.launch(run, lambda relay: self._execute(run, pool, relay))
         return run
+
+    def _claim(self, run_id: str) -> Run:
+        """Make this process the run's owner, atomically: of two processes resuming one run, exactly one wins."""
+
+        def take(run: Run) -> list[int] | None:
+            if run.status == "running" and not self._orphaned(run):
+                return None
+            run.status, run.owner, run.error = "running", self.lease.token, None
+            run.started_at = run.started_at or now()
+            return []
+
+        run = self.store.update(run_id, take)
+        if run.owner != self.lease.token or run.status != "running":
+            raise RequestError(f"run_id: run {run_id} is running in another server process")
+        return run
+
+    def _flush_unsaved(self, run_id: str) -> None:
+        """Write what a run did while the store could not be written (steps that finished meanwhile), now that
+        it can; unless another process has taken the run over since, whose record then stands."""
+        unsaved = self._unsaved.get(run_id)
+        if unsaved is None:
+            return
+
+        def write_back(stored: Run) -> list[int] | None:
+            if stored.owner != self.lease.token:
+                return None
+            for name in Run.model_fields:
+                setattr(stored, name, getattr(unsaved, name))
+            return list(range(len(stored.steps)))
+
+        self.store.update(run_id, write_back)
+        del self._unsaved[run_id]
 
     def _follow_up(self, parent: Run, feedback: str) -> Run:
         """A child run: the parent's finished steps, taken over as they are, then the conductor as a worker
@@ -276,13 +310,17 @@ class Service:
             else:
                 run.status, run.error = "cancelled", "cancelled by the caller"
             raise
+        except StoreError as exc:  # the run stops: going on would pay for calls whose results cannot be kept
+            log.error("run_store_failed", run_id=run.id, error=str(exc))
+            run.status, run.error = "interrupted", str(exc)
+            self._unsaved[run.id] = run  # what the store missed is written by continue_run
         except Exception as exc:  # an engine bug must still leave a readable, finished record
             log.exception("run_crashed", run_id=run.id)
             run.status, run.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         finally:
             run.ended_at = now()
             run.recompute_totals()
-            self.store.save_run(run)
+            self._save_final(run)
             log.info("run_finished", run_id=run.id, status=run.status, tokens=run.totals.total_tokens,
                      cost_usd=run.totals.cost_usd)  # fmt: skip
             finished = ProgressEvent(
@@ -291,10 +329,20 @@ class Service:
             await emit(on_event, finished)
         return run
 
+    def _save_final(self, run: Run) -> None:
+        """Record how the run ended; if the store cannot take it, keep the run here for `continue_run` to write."""
+        try:
+            self.store.save_run(run)
+        except StoreError as exc:
+            log.error("run_store_failed", run_id=run.id, error=str(exc))
+            if run.status != "interrupted":
+                run.status, run.error = "interrupted", str(exc)
+            self._unsaved[run.id] = run
+
     # -- reading runs -----------------------------------------------------------------------------
     def get_run(self, run_id: str) -> Run:
         """The run as it stands now (read only): a `running` run whose process died reads as interrupted."""
-        active = self.active.get(run_id)
+        active = self.active.get(run_id) or self._unsaved.get(run_id)
         if active is not None:
             return active
         run = self.store.load_run(run_id)
@@ -303,16 +351,21 @@ class Service:
         return run
 
     def reconcile(self, run_id: str) -> Run:
-        """Record a run whose process died as interrupted (its running steps as cancelled); return the run."""
+        """Record a run whose process died as interrupted (its running steps as cancelled); return the run.
+
+        The check is repeated inside the store's transaction, so a run another process has just claimed is
+        left alone."""
         run = self.store.load_run(run_id)
         if self._orphaned(run):
-            for position in _mark_interrupted(run):
-                self.store.save_step(run.id, position, run.steps[position], None)
-            self.store.save_run(run)
+            run = self.store.update(run_id, lambda fresh: _mark_interrupted(fresh) if self._orphaned(fresh) else None)
         return run
 
     def _orphaned(self, run: Run) -> bool:
-        return run.status == "running" and run.id not in self.active and not self.lease.is_alive(run.owner)
+        """A `running` run that no live process executes: its owner died, or it is ours but no longer active
+        here (its last state could not be written, say)."""
+        if run.status != "running" or run.id in self.active:
+            return False
+        return run.owner == self.lease.token or not self.lease.is_alive(run.owner)
 
     def list_runs(self, limit: int = 20, status: str | None = None) -> list[dict[str, Any]]:
         if not 1 <= limit <= 1000:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.runs.store import Store
+
 pytestmark = [pytest.mark.slow]
 
 
@@ -105,3 +108,49 @@ def test_failed_run_exits_1(tmp_path: Path) -> None:
     result = cli("--state-dir", str(tmp_path), "run", "--max-tokens", "10", "--json", "task")
     assert result.returncode == 1
     assert "token budget reached" in json.loads(result.stdout)["error"]
+
+
+def _stored_runs(state: Path, *statuses: str) -> None:
+    """Runs written straight to the store (no CLI process, no model call), each with a sizeable step."""
+    store = Store(state / "runs.sqlite3")
+    for n, status in enumerate(statuses):
+        run = Run(id=f"run-{n}", task="t", pool="sim", pool_digest="d", conductor_model="m", max_steps=1)
+        run.status = status  # type: ignore[assignment]
+        store.save_run(run)
+        step = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i")
+        store.save_step(run.id, 0, step, [{"role": "user", "content": "x" * 100_000}])
+    store.close()
+
+
+def test_a_corrupt_store_is_one_line_and_exit_2_for_every_command(tmp_path: Path) -> None:
+    """Garbage over runs.sqlite3: the CLI, doctor and the stdio MCP server each say which file and what to do."""
+    _stored_runs(tmp_path, "done")
+    store = tmp_path / "runs.sqlite3"
+    store.write_bytes(os.urandom(store.stat().st_size))
+    for args in (["runs"], ["serve"]):
+        result = cli("--state-dir", str(tmp_path), *args, stdin="")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert str(store) in line and "is corrupt" in line and "move it aside" in line
+        assert result.stdout == ""
+    doctor = cli("--state-dir", str(tmp_path), "doctor")
+    assert doctor.returncode == 2 and "Traceback" not in doctor.stderr
+    assert "run store: NOT USABLE" in doctor.stdout and "move it aside" in doctor.stdout
+    store.rename(tmp_path / "runs.sqlite3.corrupt")
+    listing = cli("--state-dir", str(tmp_path), "runs")
+    assert listing.returncode == 0 and listing.stdout.strip() == "no runs yet"
+
+
+def test_runs_prune_deletes_old_runs_and_doctor_reports_the_store(tmp_path: Path) -> None:
+    state = ["--state-dir", str(tmp_path)]
+    _stored_runs(tmp_path, "done", "failed", "running")
+    doctor = cli(*state, "doctor")
+    assert f"run store: {tmp_path / 'runs.sqlite3'}" in doctor.stdout and "oldest run created" in doctor.stdout
+    assert "1 done, 1 failed, 1 running" in doctor.stdout
+    dry = cli(*state, "runs", "prune", "--older-than", "0", "--status", "done", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith("would delete 1 runs (0.10 MiB of run data)"), dry.stderr
+    pruned = cli(*state, "runs", "prune", "--older-than", "0")
+    assert pruned.returncode == 0 and pruned.stdout.startswith("deleted 2 runs") and "vacuumed" in pruned.stdout
+    assert [row["id"] for row in Store(tmp_path / "runs.sqlite3").list_runs()] == ["run-2"]  # never a running run
+    refused = cli(*state, "runs", "prune", "--older-than", "0", "--status", "running")
+    assert refused.returncode == 2 and "invalid choice" in refused.stderr

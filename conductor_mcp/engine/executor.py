@@ -21,7 +21,7 @@ from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimated_tokens, spec_for
-from conductor_mcp.errors import ProviderError
+from conductor_mcp.errors import ProviderError, StoreError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers, price_per_token
 from conductor_mcp.runs.store import Store
@@ -166,11 +166,11 @@ class Executor:
                         stop = run.stop_reason if record.error == run.stop_reason else (
                             f"step {record.key} ({record.worker_id}) failed: {record.error}")  # fmt: skip
         except asyncio.CancelledError:
-            for task in running:
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*running, return_exceptions=True)
+            await _stop(running)
             self._skip(run, [records[i] for i in pending], "run cancelled")
+            raise
+        except StoreError:
+            await _stop(running)  # nothing more can be recorded: stop paying for calls whose results would be lost
             raise
         self._skip(run, [records[i] for i in pending], stop or "not reached")
         return stop
@@ -286,6 +286,13 @@ class Executor:
         verb = "started" if kind == "step_started" else record.status
         message = f"step {record.key} {verb}: {record.label()}"
         await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
+
+
+async def _stop(running: dict[asyncio.Task[StepRecord], int]) -> None:
+    for task in running:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*running, return_exceptions=True)
 
 
 def _standing_answer(access: list[int], index: int, outputs: dict[int, str]) -> str:

@@ -5,18 +5,26 @@ microseconds, far less than a thread hop to an async wrapper, and a synchronous 
 half-way by task cancellation, so a finished step is on disk before anything else happens. WAL with
 synchronous=NORMAL survives a killed process (only a power loss can drop the last commits), and the busy
 timeout lets several server processes share one state directory.
+
+Every SQLite failure leaves here as a StoreError that names the file and what to do (a full disk, a corrupt
+file, a read-only directory), never as a raw traceback. A change that depends on what is stored (claiming a run
+to resume it, marking an orphan interrupted) reads and writes in one `BEGIN IMMEDIATE` transaction (`update`),
+so two processes never both take the same run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from conductor_mcp.core.records import Run, StepRecord, now
-from conductor_mcp.errors import RunNotFound
+from conductor_mcp.errors import RunNotFound, StoreError
 from conductor_mcp.runs.private import private_dir, private_file
 
 _SCHEMA = """
@@ -43,6 +51,66 @@ CREATE TABLE IF NOT EXISTS steps (
 """
 
 
+def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:
+    """What went wrong with the store file, in words, and what the user can do about it."""
+    name = getattr(exc, "sqlite_errorname", "")
+    resume = f", then continue_workflow {run_id} resumes the run (finished steps are kept)" if run_id else ""
+    if name == "SQLITE_FULL":
+        return f"run store {path}: {exc}: free disk space{resume}"
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or type(exc) is sqlite3.DatabaseError:
+        return (
+            f"run store {path} is corrupt ({exc}): move it aside (mv {path} {path}.corrupt, with any -wal and "
+            "-shm files beside it); a new, empty store is created at the next start and nothing else is lost"
+        )
+    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
+        return (
+            f"run store {path} cannot be written ({exc}): check the permissions of the file and its directory{resume}"
+        )
+    return f"run store {path}: {exc}{resume}"
+
+
+@dataclass
+class StoreStats:
+    """The store's size and contents, for `doctor`."""
+
+    path: Path
+    file_bytes: int
+    runs_by_status: dict[str, int]
+    oldest: str | None
+
+
+@dataclass
+class Pruned:
+    """What `prune` removed (or would remove, on a dry run)."""
+
+    runs: int
+    data_bytes: int
+    file_bytes_before: int
+    file_bytes_after: int
+
+
+_SAVE_RUN = (
+    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
+)
+_SAVE_STEP = (
+    "INSERT INTO steps (run_id, key, seq, status, record, messages) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id, key) DO UPDATE SET status = excluded.status, record = excluded.record, "
+    "messages = COALESCE(excluded.messages, steps.messages)"
+)
+
+
+def _run_row(run: Run) -> tuple[Any, ...]:
+    doc = run.model_dump_json(exclude={"steps"})
+    return (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task, doc)
+
+
+def _step_row(run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    encoded = json.dumps(messages) if messages is not None else None
+    return (run_id, record.key, seq, record.status, record.model_dump_json(), encoded)
+
+
 class Store:
     """Persistence of runs and steps. Safe to share between tasks of one process and across processes."""
 
@@ -51,55 +119,83 @@ class Store:
         private_dir(path.parent)
         private_file(path)  # SQLite gives its -wal and -shm files the database file's mode
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        for companion in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            if companion.exists():  # made by an older version, or before the database file was private
-                private_file(companion)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        with self._lock:
-            self._db.executescript(_SCHEMA)
+        try:
+            self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(_advice(path, exc, None)) from None
+        try:
+            with self._guard():
+                self._db.execute("PRAGMA journal_mode=WAL")
+                for companion in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                    if companion.exists():  # made by an older version, or before the database file was private
+                        private_file(companion)
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA busy_timeout=30000")
+                self._db.executescript(_SCHEMA)
+                self._db.execute("SELECT COUNT(*) FROM runs").fetchone()  # a corrupt file fails here, not later
+        except StoreError:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+    @contextlib.contextmanager
+    def _guard(self, run_id: str | None = None) -> Iterator[None]:
+        """Hold the connection; turn any SQLite failure into a StoreError that says what to do."""
         with self._lock:
+            try:
+                yield
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise StoreError(_advice(self.path, exc, run_id)) from None
+
+    def _write(self, sql: str, params: tuple[Any, ...], run_id: str) -> None:
+        with self._guard(run_id):
             self._db.execute(sql, params)
 
     def save_run(self, run: Run) -> None:
         """Upsert the run's header (everything but its steps, which are saved one by one)."""
         run.updated_at = now()
-        doc = run.model_dump_json(exclude={"steps"})
-        self._write(
-            "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-            "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc",
-            (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task, doc),
-        )
+        self._write(_SAVE_RUN, _run_row(run), run.id)
 
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         """Upsert one step; the messages are written once and kept when a later save omits them."""
-        self._write(
-            "INSERT INTO steps (run_id, key, seq, status, record, messages) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id, key) DO UPDATE SET status = excluded.status, record = excluded.record, "
-            "messages = COALESCE(excluded.messages, steps.messages)",
-            (
-                run_id,
-                record.key,
-                seq,
-                record.status,
-                record.model_dump_json(),
-                json.dumps(messages) if messages is not None else None,
-            ),
-        )
+        self._write(_SAVE_STEP, _step_row(run_id, seq, record, messages), run_id)
+
+    def update(self, run_id: str, change: Callable[[Run], list[int] | None]) -> Run:
+        """Read the run and write back what `change` did to it, in one transaction no other writer can enter.
+
+        `change` mutates the run it is given and returns the positions of the steps it changed (the header is
+        saved too), or None to write nothing. This is the compare-and-swap that claims a run for one process.
+        """
+        with self._guard(run_id):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                run = self._load(run_id)
+                changed = change(run)
+                if changed is not None:
+                    run.updated_at = now()
+                    self._db.execute(_SAVE_RUN, _run_row(run))
+                    for position in changed:
+                        self._db.execute(_SAVE_STEP, _step_row(run_id, position, run.steps[position], None))
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return run
 
     def load_run(self, run_id: str) -> Run:
-        with self._lock:
-            row = self._db.execute("SELECT doc FROM runs WHERE id = ?", (run_id,)).fetchone()
-            steps = self._db.execute("SELECT record FROM steps WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+        with self._guard():
+            return self._load(run_id)
+
+    def _load(self, run_id: str) -> Run:
+        row = self._db.execute("SELECT doc FROM runs WHERE id = ?", (run_id,)).fetchone()
+        steps = self._db.execute("SELECT record FROM steps WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
         if row is None:
             raise RunNotFound(run_id)
         run = Run.model_validate_json(row[0])
@@ -107,7 +203,7 @@ class Store:
         return run
 
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
-        with self._lock:
+        with self._guard():
             row = self._db.execute("SELECT messages FROM steps WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
         if row is None:
             raise LookupError(f"run {run_id!r} has no step {key!r}")
@@ -121,7 +217,49 @@ class Store:
             query += " WHERE status = ?"
             params = (status,)
         query += " ORDER BY created_at DESC LIMIT ?"
-        with self._lock:
+        with self._guard():
             rows = self._db.execute(query, (*params, limit)).fetchall()
         keys = ("id", "created_at", "updated_at", "status", "parent_id", "pool", "task")
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def file_bytes(self) -> int:
+        """The store's size on disk: the database and its write-ahead log."""
+        files = (self.path, self.path.with_name(self.path.name + "-wal"))
+        return sum(f.stat().st_size for f in files if f.exists())
+
+    def stats(self) -> StoreStats:
+        with self._guard():
+            counts = self._db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status").fetchall()
+            oldest = self._db.execute("SELECT MIN(created_at) FROM runs").fetchone()[0]
+        return StoreStats(self.path, self.file_bytes(), dict(counts), oldest)
+
+    def prune(self, updated_before: str, statuses: list[str] | None, dry_run: bool) -> Pruned:
+        """Delete runs (and their steps) last updated before the cutoff, never a running one; then VACUUM.
+
+        A follow-up run keeps its own copies of the steps it inherited, so pruning a parent loses nothing of
+        its children.
+        """
+        where = "updated_at < ? AND status != 'running'"
+        params: tuple[Any, ...] = (updated_before,)
+        if statuses:
+            where += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += tuple(statuses)
+        chosen = f"SELECT id FROM runs WHERE {where}"
+        before = self.file_bytes()
+        with self._guard():
+            runs, run_bytes = self._db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(doc) + LENGTH(task)), 0) FROM runs WHERE {where}", params
+            ).fetchone()
+            step_bytes = self._db.execute(
+                "SELECT COALESCE(SUM(LENGTH(record) + COALESCE(LENGTH(messages), 0)), 0) FROM steps "
+                f"WHERE run_id IN ({chosen})",
+                params,
+            ).fetchone()[0]
+            if not dry_run and runs:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(f"DELETE FROM steps WHERE run_id IN ({chosen})", params)
+                self._db.execute(f"DELETE FROM runs WHERE {where}", params)
+                self._db.execute("COMMIT")
+                self._db.execute("VACUUM")  # give the space back to the file system
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return Pruned(runs, run_bytes + step_bytes, before, self.file_bytes())

@@ -6,13 +6,16 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
 
 from conductor_mcp.config import Settings
-from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.store import Store
 from conductor_mcp.service import Service
@@ -20,6 +23,7 @@ from conductor_mcp.service import Service
 WRITER = """
 import sys
 from pathlib import Path
+from typing import Any
 from conductor_mcp.runs.store import Store
 from conductor_mcp.core.records import Run, StepRecord
 store = Store(Path(sys.argv[1]))
@@ -102,3 +106,96 @@ def test_a_shared_directory_is_refused_not_narrowed(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="shared with other accounts"):
         Store(shared / "runs.sqlite3")
     assert _mode(shared) == 0o1777
+
+
+def _run(run_id: str, **fields: Any) -> Run:
+    return Run(id=run_id, task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=1, **fields)
+
+
+def test_a_corrupt_store_file_is_a_named_store_error(tmp_path: Path) -> None:
+    """Garbage over the file: opening it says which file and what to do, and moving it aside recovers."""
+    db = tmp_path / "runs.sqlite3"
+    store = Store(db)
+    store.save_run(_run("r1"))
+    store.close()
+    db.write_bytes(os.urandom(64 * 1024))
+    with pytest.raises(StoreError, match="is corrupt") as caught:
+        Store(db)
+    assert str(db) in str(caught.value) and "move it aside" in str(caught.value)
+    db.rename(db.with_name("runs.sqlite3.corrupt"))
+    assert Store(db).list_runs() == []  # a new store, as the message promised
+
+
+def test_a_store_damaged_after_its_header_fails_on_read_with_a_store_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    store = Store(db)
+    for i in range(200):
+        store.save_run(_run(f"r{i}", context="x" * 2000))
+    store.close()
+    with db.open("r+b") as handle:  # keep the 100-byte header and the schema page, scribble over the rest
+        handle.seek(4096)
+        handle.write(os.urandom(db.stat().st_size - 4096))
+    with pytest.raises(StoreError, match="is corrupt") as caught:
+        reopened = Store(db)
+        reopened.list_runs(1000)
+        for i in range(200):
+            reopened.load_run(f"r{i}")
+    assert str(db) in str(caught.value)
+
+
+def test_a_full_disk_is_a_store_error_that_says_what_to_do(tmp_path: Path) -> None:
+    """SQLITE_FULL, made real with max_page_count: the write fails with advice, and works once space returns."""
+    store = Store(tmp_path / "runs.sqlite3")
+    store.save_run(_run("r1"))
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    big = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i" * 50_000)
+    with pytest.raises(StoreError, match="database or disk is full") as caught:
+        store.save_step("r1", 0, big, None)
+    message = str(caught.value)
+    assert str(tmp_path / "runs.sqlite3") in message and "free disk space" in message
+    assert "continue_workflow r1" in message
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    store.save_step("r1", 0, big, None)
+    assert store.load_run("r1").steps[0].instruction == "i" * 50_000
+
+
+def test_update_is_atomic_across_connections(tmp_path: Path) -> None:
+    """A change made inside `update` cannot be overtaken by another connection's write (compare-and-swap)."""
+    db = tmp_path / "runs.sqlite3"
+    first, second = Store(db), Store(db)
+    first.save_run(_run("r1", status="interrupted"))
+    inside = threading.Event()
+
+    def slow_claim(run: Run) -> list[int] | None:
+        inside.set()
+        time.sleep(0.3)
+        run.status, run.owner = "running", "first"
+        return []
+
+    claimer = threading.Thread(target=first.update, args=("r1", slow_claim))
+    claimer.start()
+    inside.wait(5)
+    seen = second.update("r1", lambda run: None)  # blocks until the first transaction commits
+    claimer.join()
+    assert (seen.status, seen.owner) == ("running", "first")
+    stored = second.load_run("r1")
+    assert (stored.status, stored.owner) == ("running", "first")
+
+
+def test_prune_deletes_old_finished_runs_and_their_steps_never_running_ones(tmp_path: Path) -> None:
+    store = Store(tmp_path / "runs.sqlite3")
+    for run_id, status in (("old-done", "done"), ("old-failed", "failed"), ("old-running", "running")):
+        store.save_run(_run(run_id, status=status, context="x" * 100_000))
+        record = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i")
+        store.save_step(run_id, 0, record, [{"role": "user", "content": "y" * 100_000}])
+    cutoff = now()
+    store.save_run(_run("new-done", status="done"))
+    dry = store.prune(cutoff, ["done"], dry_run=True)
+    assert dry.runs == 1 and dry.data_bytes > 200_000 and len(store.list_runs()) == 4
+    pruned = store.prune(cutoff, None, dry_run=False)
+    assert pruned.runs == 2 and pruned.file_bytes_after < pruned.file_bytes_before
+    assert sorted(r["id"] for r in store.list_runs()) == ["new-done", "old-running"]
+    assert store._db.execute("SELECT COUNT(*) FROM steps WHERE run_id LIKE 'old-d%'").fetchone()[0] == 0
+    stats = store.stats()
+    assert stats.runs_by_status == {"done": 1, "running": 1} and stats.oldest is not None

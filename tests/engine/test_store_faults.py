@@ -1,0 +1,193 @@
+"""The run store failing under a run, and several processes racing for one run: nothing finished is paid twice."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conductor_mcp.config import Settings
+from conductor_mcp.errors import RequestError
+from conductor_mcp.runs.store import Store
+from conductor_mcp.service import Service
+from tests.conftest import ask, scripted_pool
+
+CHAIN = [("model_0", "Draft.", []), ("model_1", "Improve.", [0]), ("model_2", "Finish.", [1])]
+SLOW = {"workers": {name: {"first_token_s": 0.3, "output_tokens": 5} for name in ("alpha", "beta", "gamma")}}
+
+
+def _service(tmp_path: Path, pool_dir: Path) -> Service:
+    settings = Settings.from_env(
+        state_dir=tmp_path / "state", pool_path=(pool_dir,), sim_call_log=tmp_path / "calls.jsonl", sim_time_scale=1
+    )
+    return Service(settings)
+
+
+def _worker_calls(tmp_path: Path) -> collections.Counter[str]:
+    lines = (tmp_path / "calls.jsonl").read_text().splitlines()
+    return collections.Counter(
+        json.loads(line)["digest"] for line in lines if "scripted" not in json.loads(line)["model"]
+    )
+
+
+async def test_a_full_disk_interrupts_the_run_and_continue_resumes_it_without_repeats(
+    tmp_path: Path, pool_dir: Path
+) -> None:
+    scripted_pool(pool_dir, "chain", CHAIN, simulation=SLOW)
+    service = _service(tmp_path, pool_dir)
+
+    async def fill_the_disk_after_step_0(event) -> None:
+        if event.kind == "step_finished" and event.step.key == "0":
+            pages = service.store._db.execute("PRAGMA page_count").fetchone()[0]
+            service.store._db.execute(f"PRAGMA max_page_count = {pages}")  # SQLITE_FULL from the next new page
+
+    big = "background " * 5000  # every step's prompt carries it, so each step's first write needs new pages
+    run = service.start(ask("task", pool="chain", context=big))
+    run = await service.wait(run.id, 30, fill_the_disk_after_step_0)
+    error = run.error or ""
+    assert run.status == "interrupted", error
+    assert "database or disk is full" in error and f"continue_workflow {run.id}" in error
+    assert "internal error" not in error
+    assert service.get_run(run.id).status == "interrupted"
+
+    service.store._db.execute("PRAGMA max_page_count = 1073741823")  # space is back
+    resumed = await service.wait(service.continue_run(run.id).id, 30)
+    assert resumed.status == "done", resumed.error
+    assert Store(service.settings.db_path).load_run(run.id).status == "done"
+    calls = _worker_calls(tmp_path)
+    assert [calls[step.messages_digest or ""] for step in resumed.steps] == [1, 1, 1]
+
+
+async def test_a_step_that_finishes_while_the_store_cannot_be_written_is_not_paid_for_again(
+    tmp_path: Path, pool_dir: Path
+) -> None:
+    """Step 1 ends while every write fails: its answer is kept in memory and written when the run is continued."""
+    fan_in = [("model_0", "Quick.", []), ("model_1", "Slow.", []), ("model_2", "Join.", [0, 1])]
+    latency = {"alpha": 0.1, "beta": 1.0, "gamma": 0.1}
+    workers = {name: {"first_token_s": delay, "output_tokens": 5} for name, delay in latency.items()}
+    scripted_pool(pool_dir, "fan", fan_in, simulation={"workers": workers})
+    service = _service(tmp_path, pool_dir)
+
+    async def refuse_writes_after_step_0(event) -> None:
+        if event.kind == "step_finished" and event.step.key == "0":
+            service.store._db.execute("PRAGMA query_only = 1")  # every write fails from here on
+
+    run = service.start(ask("task", pool="fan"))
+    run = await service.wait(run.id, 30, refuse_writes_after_step_0)
+    assert run.status == "interrupted" and [s.status for s in run.steps[:2]] == ["done", "done"], run.error
+    assert Store(service.settings.db_path).load_run(run.id).steps[1].status == "running"  # the store missed it
+    service.store._db.execute("PRAGMA query_only = 0")
+    resumed = await service.wait(service.continue_run(run.id).id, 30)
+    assert resumed.status == "done", resumed.error
+    calls = _worker_calls(tmp_path)
+    assert [calls[step.messages_digest or ""] for step in resumed.steps] == [1, 1, 1]
+
+
+async def test_a_running_run_of_this_server_that_is_not_executing_here_can_be_continued(
+    tmp_path: Path, pool_dir: Path
+) -> None:
+    """What a full disk leaves behind in another server: `running`, owned by us, executing nowhere."""
+    scripted_pool(pool_dir, "chain", CHAIN)
+    service = _service(tmp_path, pool_dir)
+    run = await service.plan(ask("task", pool="chain"))
+    run.status, run.owner = "running", service.lease.token
+    service.store.save_run(run)
+    assert service.get_run(run.id).status == "interrupted"
+    resumed = await service.wait(service.continue_run(run.id).id, 30)
+    assert resumed.status == "done", resumed.error
+
+
+@pytest.mark.parametrize("start_status", ["interrupted", "running-orphan"])
+def test_two_servers_continuing_one_run_at_once_exactly_one_wins(
+    tmp_path: Path, pool_dir: Path, start_status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripted_pool(pool_dir, "chain", CHAIN, simulation=SLOW)
+    first, second = _service(tmp_path, pool_dir), _service(tmp_path, pool_dir)
+    monkeypatch.setattr(sys, "getswitchinterval", sys.getswitchinterval)
+    sys.setswitchinterval(1e-6)  # threads interleave as often as they can: the race, if there is one, shows
+    try:
+        for attempt in range(3):
+            run = asyncio.run(first.plan(ask(f"task {attempt}", pool="chain")))
+            run.status, run.owner = ("interrupted", None) if start_status == "interrupted" else ("running", "dead-1")
+            first.store.save_run(run)
+            barrier = threading.Barrier(2)
+            outcomes: dict[int, str] = {}
+
+            def resume(
+                service: Service,
+                slot: int,
+                run_id: str = run.id,
+                gate: threading.Barrier = barrier,
+                outcomes: dict[int, str] = outcomes,
+            ) -> None:
+                async def go() -> str:
+                    gate.wait()
+                    try:
+                        claimed = service.continue_run(run_id)
+                    except RequestError as exc:
+                        return str(exc)
+                    return (await service.wait(claimed.id, 30)).status
+
+                outcomes[slot] = asyncio.run(go())
+
+            threads = [threading.Thread(target=resume, args=(s, i)) for i, s in enumerate((first, second))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert sorted(outcomes.values()) == [
+                "done",
+                f"run_id: run {run.id} is running in another server process",
+            ], outcomes
+    finally:
+        sys.setswitchinterval(0.005)
+    calls = _worker_calls(tmp_path)
+    assert len(calls) == 9 and max(calls.values()) == 1, calls  # three runs of three steps, none paid twice
+
+
+RESUMER = """
+import asyncio, sys, time
+from pathlib import Path
+from conductor_mcp.config import Settings
+from conductor_mcp.errors import RequestError
+from conductor_mcp.service import Service
+
+state, pools, calls, run_id, at = sys.argv[1:6]
+settings = Settings.from_env(
+    state_dir=Path(state), pool_path=(Path(pools),), sim_call_log=Path(calls), sim_time_scale=1
+)
+service = Service(settings)
+
+async def main() -> str:
+    time.sleep(max(0.0, float(at) - time.time()))  # both processes ask at the same moment
+    try:
+        run = service.continue_run(run_id)
+    except RequestError as exc:
+        return str(exc)
+    return (await service.wait(run.id, 60)).status
+
+print(asyncio.run(main()))
+"""
+
+
+def test_two_processes_continuing_one_orphaned_run_at_once_exactly_one_wins(tmp_path: Path, pool_dir: Path) -> None:
+    scripted_pool(pool_dir, "chain", CHAIN, simulation=SLOW)
+    service = _service(tmp_path, pool_dir)
+    run = asyncio.run(service.plan(ask("task", pool="chain")))
+    run.status, run.owner = "running", "a-dead-process"
+    service.store.save_run(run)
+    args = [str(tmp_path / "state"), str(pool_dir), str(tmp_path / "calls.jsonl"), run.id, str(time.time() + 8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RESUMER, *args], stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outcomes = sorted(proc.communicate(timeout=120)[0].strip() for proc in procs)
+    assert outcomes == ["done", f"run_id: run {run.id} is running in another server process"], outcomes
+    calls = _worker_calls(tmp_path)
+    assert len(calls) == 3 and max(calls.values()) == 1, calls
