@@ -58,6 +58,17 @@ class _JsonRedactingFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class _CurrentStderr:
+    """Whatever sys.stderr is when a line is written, not when logging was configured: a program that swaps
+    stderr (a test runner capturing output, an embedding application) never leaves logs writing to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def _level(level: str) -> int:
     numeric = logging.getLevelName(level.upper())
     return numeric if isinstance(numeric, int) else logging.INFO
@@ -65,7 +76,7 @@ def _level(level: str) -> int:
 
 def configure_logging(level: str = "info") -> None:
     """JSON lines to stderr for us and for the libraries we call (litellm, httpx, mcp)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_CurrentStderr())
     handler.setFormatter(_JsonRedactingFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -90,7 +101,7 @@ def _configure_structlog(level: str) -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_level(level)),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 
