@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from conductor_mcp.models.local import free_port
 
@@ -41,9 +43,13 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+TOKEN = "bench-token-0123456789"  # a throwaway server on loopback; both doors send it, as real clients do
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
 def start_server(state_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    env = {**os.environ, "CONDUCTOR_STATE_DIR": str(state_dir), "CONDUCTOR_POOL": "sim",
+    env = {**os.environ, "CONDUCTOR_STATE_DIR": str(state_dir), "CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": TOKEN,
            "CONDUCTOR_SIM_TIME_SCALE": "0", "CONDUCTOR_LOG_LEVEL": "warning"}  # fmt: skip
     server = subprocess.Popen(
         [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(port)],
@@ -72,7 +78,7 @@ async def first_events(port: int, n: int) -> list[float]:
     """Milliseconds from sending a streamed request to its first SSE line."""
     body = {"model": "conductor", "input": TASK, "stream": True}
     times = []
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx.AsyncClient(timeout=60, headers=AUTH) as client:
         for _ in range(n):
             started = time.perf_counter()
             async with client.stream("POST", f"http://127.0.0.1:{port}/v1/responses", json=body) as response:
@@ -85,10 +91,11 @@ async def first_events(port: int, n: int) -> list[float]:
 
 
 async def measure(pid: int, port: int, args: argparse.Namespace) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    sdk = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=TOKEN, max_retries=0)
     doors: dict[str, list[tuple[float, float]]] = {"mcp": [], "responses": [], "chat": []}
     chat: list[Any] = [{"role": "user", "content": TASK}]
-    async with Client(f"http://127.0.0.1:{port}/mcp") as mcp:
+    transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=httpx2.AsyncClient(headers=AUTH))
+    async with Client(transport) as mcp:
         calls: dict[str, Callable[[], Awaitable[object]]] = {
             "mcp": lambda: mcp.call_tool("orchestrate", {"task": TASK}),
             "responses": lambda: sdk.responses.create(model="conductor", input=TASK),
