@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+# isort: off
+import conductor_mcp  # noqa: F401  (first: it points litellm at its bundled price map before litellm loads)
 import litellm
 
+# isort: on
 from conductor_mcp.config import Settings
 from conductor_mcp.core.pool import parse_pool
 from conductor_mcp.core.records import Run

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import random
 import re
 import time
@@ -84,7 +83,7 @@ def _request(
         request["output_cost_per_token"] = spec.price.output_per_mtok / 1e6
     if sim_call is not None and sim.is_simulated(spec.model):
         # Task metadata carries reference answers for the simulator; it must never reach a real provider.
-        request["metadata"] = copy.deepcopy(sim_call.model_dump())  # litellm writes into the dict it is given
+        request["metadata"] = {sim.SIM_CALL: sim_call}  # a fresh dict: litellm writes into the one it is given
     request.update({k: v for k, v in extra.items() if v is not None})
     return request
 
