@@ -18,6 +18,7 @@ import pytest
 import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressCallback
@@ -153,6 +154,18 @@ def start(service: Service, task: str, workflow: Workflow | None = None, **field
 
 
 # ------------------------------------------------------------------------------ server processes
+
+INITIALIZE = {  # a raw MCP initialize request, for tests that speak HTTP below the SDK
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": LATEST_HANDSHAKE_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
 
 
 def server_env(state_dir: Path, **extra: str) -> dict[str, str]:

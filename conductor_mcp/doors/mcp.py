@@ -183,7 +183,8 @@ def _register_orchestrate(server: MCPServer, service: Service) -> None:
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
         description="Solve a hard task with a team of LLMs: a conductor plans a short workflow over the pool's "
         "workers and the server runs it (independent steps in parallel). Returns the answer, the run id, totals "
-        "(tokens, USD, time) and a per-step transcript. If status is 'running', call continue_workflow.",
+        "(tokens, USD, time) and a summary per step (each step's full record is a resource link away). If status is "
+        "'running', call continue_workflow.",
     )
     async def orchestrate(
         task: TaskText,

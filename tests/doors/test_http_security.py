@@ -13,25 +13,15 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, machine_names, stored_token
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.errors import SettingsError
 from conductor_mcp.service import Service
+from tests.conftest import INITIALIZE
 
 TOKEN = "t0ken-for-the-tests"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": LATEST_HANDSHAKE_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 @contextlib.asynccontextmanager

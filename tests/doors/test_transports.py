@@ -24,7 +24,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
 from conductor_mcp.service import Service
-from tests.conftest import HttpServer, scripted_pool, server_env, sim_pool_doc, write_pool
+from tests.conftest import INITIALIZE, MCP_ACCEPT, HttpServer, scripted_pool, server_env, sim_pool_doc, write_pool
 
 pytestmark = [pytest.mark.slow]
 
@@ -115,17 +115,7 @@ def test_nothing_but_json_rpc_reaches_stdout(tmp_path: Path) -> None:
 async def test_streamable_http_with_bearer_token_and_rebinding_guard(tmp_path: Path) -> None:
     server = HttpServer(tmp_path, CONDUCTOR_HTTP_TOKEN="s3cret-token-for-tests")
     try:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LATEST_HANDSHAKE_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        headers = {"accept": "application/json, text/event-stream"}
+        body, headers = INITIALIZE, MCP_ACCEPT
         async with httpx.AsyncClient() as raw:
             assert (await raw.post(server.url, json=body, headers=headers)).status_code == 401
             wrong = await raw.post(server.url, json=body, headers={**headers, "authorization": "Bearer nope"})
@@ -142,19 +132,6 @@ async def test_streamable_http_with_bearer_token_and_rebinding_guard(tmp_path: P
         assert "orchestrate" in tools and result.structured_content["status"] == "done"
     finally:
         server.stop()
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": LATEST_HANDSHAKE_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
 
 
 async def test_without_a_token_http_makes_one_in_a_private_file_and_keeps_it(tmp_path: Path) -> None:
