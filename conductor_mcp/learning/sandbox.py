@@ -191,16 +191,17 @@ def _filesystem_args(data: Mapping[str, int], limits: Limits) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    made: set[str] = set()
-    for path in _interpreter_dirs():
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    private = (WORKDIR, "/tmp", "/dev/shm")
+    for path in private:
+        args += ["--size", str(limits.tmpfs_mb * _MIB), "--perms", "1777", "--tmpfs", path]
+    made: set[str] = set(private)
+    for path in _interpreter_dirs():  # after the tmpfs mounts: an interpreter under /tmp (a CI checkout) stays seen
         for parent in reversed(Path(path).parents[:-1]):  # bwrap would make missing parents 0700
             if str(parent) not in made:
                 made.add(str(parent))
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    for path in (WORKDIR, "/tmp", "/dev/shm"):
-        args += ["--size", str(limits.tmpfs_mb * _MIB), "--perms", "1777", "--tmpfs", path]
     for name, fd in data.items():
         args += ["--perms", "0444", "--ro-bind-data", str(fd), f"{WORKDIR}/{name}"]
     return [*args, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR]
