@@ -216,3 +216,16 @@ class HttpServer:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=20)
+
+
+def processes_with(token: str) -> list[int]:
+    """Host pids whose command line contains `token` (the host sees the sandbox's processes too)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -18,23 +18,11 @@ from conductor_mcp.learning import sandbox
 from conductor_mcp.learning.code_checks import check_code, code_sandbox_problem
 from conductor_mcp.learning.sandbox import Limits, SandboxUnavailable, run_python
 from conductor_mcp.learning.verifiers import verify
+from tests.conftest import processes_with
 
 needs_bwrap = pytest.mark.skipif(
     sandbox.bwrap_path() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
 )
-
-
-def processes_with(token: str) -> list[int]:
-    """Host pids whose command line contains `token` (the host sees the sandbox's processes too)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @contextmanager

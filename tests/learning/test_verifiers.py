@@ -23,6 +23,7 @@ import pytest
 from conductor_mcp.learning import datasets
 from conductor_mcp.learning.code_checks import check_code
 from conductor_mcp.learning.verifiers import check_choice, check_numeric, choice_letter, parse_number, verify
+from tests.conftest import processes_with
 
 ROOT = Path(__file__).parents[2]
 needs_bwrap = pytest.mark.skipif(
@@ -197,18 +198,6 @@ def right_only_if(leak: str, kind: str = "asserts") -> str:
         return f"```python\n{guarded}a, b = map(int, input().split())\nprint(a + b if LEAKED else a - b)\n```"
     return (f"```python\n{guarded}def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n"
             "    return (t == t[::-1]) == LEAKED\n```")  # fmt: skip
-
-
-def processes_with(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 STACK_WALK = """
