@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from conductor_mcp.config import Settings
+from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent, emit
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import SELF_CHECK_INSTRUCTION, continuation_step, follow_up_context
-from conductor_mcp.core.records import Run, now
+from conductor_mcp.core.records import Run, ToolResult, now
 from conductor_mcp.core.request import MAX_CONTEXT_CHARS, MAX_TASK_CHARS, RunRequest
 from conductor_mcp.core.usage import ServerBudget
-from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.core.workflow import Step, Workflow, given_workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.executor import Executor
 from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError, StoreError
@@ -100,6 +102,7 @@ class Service:
             context=request.context or None,
             files=list(request.files),
             metadata=dict(request.metadata),
+            tools=list(request.tools),
             pool=pool.name,
             pool_digest=pool.digest(),
             conductor_model=pool.conductor.model,
@@ -146,20 +149,9 @@ class Service:
         """
         run, pool = self._new_run(request)
         if workflow is not None:
-            run.workflow = self._checked(workflow, pool)
+            run.workflow = given_workflow(workflow, [*pool.visible_ids(), CONDUCTOR_ID])
         self._launch(run, pool)
         return run
-
-    @staticmethod
-    def _checked(workflow: Workflow, pool: Pool) -> Workflow:
-        if not workflow.steps:
-            raise RequestError("workflow: must have at least one step")
-        for i, step in enumerate(workflow.steps):
-            if step.worker != CONDUCTOR_ID and step.worker not in pool.visible_ids():
-                raise RequestError(f"workflow: step {i} names unknown worker {step.worker!r}")
-            if any(not 0 <= j < i for j in step.access):
-                raise RequestError(f"workflow: step {i} may only see earlier steps, got {step.access}")
-        return workflow
 
     # -- continuing runs --------------------------------------------------------------------------
     def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
@@ -183,17 +175,29 @@ class Service:
             return self._follow_up(run, feedback)
         if run.status == "done":
             return run
+        return self._resume(run)
+
+    def answer_tool_calls(self, run_id: str, results: list[ToolResult]) -> Run:
+        """Go on with a run whose final worker called the client's tools: the same worker gets its conversation
+        and the client's results, as a new step of the same run (see core/client_tools.py); returns the run."""
+        if run_id in self.active:
+            raise RequestError(f"run_id: run {run_id} is still running; collect it before sending tool results")
+        run = self.reconcile(run_id)  # a turn refused by add_tool_turn rolls the claim back with it
+        return self._resume(run, lambda claimed: add_tool_turn(claimed, results))
+
+    def _resume(self, run: Run, change: Callable[[Run], list[int]] | None = None) -> Run:
+        """Claim a stored run (applying `change` in the same transaction) and execute what is left of it."""
         try:
             pool = self.pool(run.pool)
         except PoolError as exc:
             raise RequestError(f"pool: {exc}") from None
         if pool.digest() != run.pool_digest:
-            log.warning("pool_changed_since_run_started", run_id=run_id, pool=run.pool)
-        run = self._claim(run_id)
-        self.active.launch(run, lambda relay: self._execute(run, pool, relay))
-        return run
+            log.warning("pool_changed_since_run_started", run_id=run.id, pool=run.pool)
+        claimed = self._claim(run.id, change)
+        self.active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
+        return claimed
 
-    def _claim(self, run_id: str) -> Run:
+    def _claim(self, run_id: str, change: Callable[[Run], list[int]] | None = None) -> Run:
         """Make this process the run's owner, atomically: of two processes resuming one run, exactly one wins."""
 
         def take(run: Run) -> list[int] | None:
@@ -201,7 +205,7 @@ class Service:
                 return None
             run.status, run.owner, run.error = "running", self.lease.token, None
             run.started_at = run.started_at or now()
-            return []
+            return change(run) if change is not None else []
 
         run = self.store.update(run_id, take)
         if run.owner != self.lease.token or run.status != "running":

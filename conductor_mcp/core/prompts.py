@@ -40,6 +40,10 @@ WORKERS_FULL = "## Workers\n"
 WORKERS_COMPACT = "Workers:\n"
 WORK_SO_FAR = "## The team's work so far"  # heads what the conductor sees when it is called as a worker
 YOUR_INSTRUCTION = "# Your instruction\n"
+TASK_HEADING = "# Task\n"
+TEAM_WORK = "# Work from your team that you may use"
+# The workflow step of a tool turn; its worker's messages are its own conversation, continued with the results.
+TOOL_TURN_INSTRUCTION = "The client ran the tools you called; their results follow. Answer the task or call more tools."
 _WORKER_LINE = re.compile(r"^- ([A-Za-z0-9][A-Za-z0-9_.\-]*): (.+)$", re.MULTILINE)
 _STEP_LIMIT = re.compile(r"\b[Aa]t most (\d+) steps")
 
@@ -192,7 +196,7 @@ def worker_messages(
 ) -> list[dict[str, Any]]:
     """The one user message a worker receives for step `index`."""
     step = workflow.steps[index]
-    parts = [f"# Task\n{task}"]
+    parts = [f"{TASK_HEADING}{task}"]
     if context:
         parts.append(f"# Context\n{context}")
     if step.access:
@@ -200,7 +204,7 @@ def worker_messages(
             f"## Step {j}: instruction\n{workflow.steps[j].instruction}\n\n## Step {j}: answer\n{cut_seen(outputs[j])}"
             for j in step.access
         ]
-        parts.append("# Work from your team that you may use\n\n" + "\n\n".join(seen))
+        parts.append(f"{TEAM_WORK}\n\n" + "\n\n".join(seen))
     parts.append(f"{YOUR_INSTRUCTION}{step.instruction}")
     return [{"role": "user", "content": "\n\n".join(parts)}]
 
@@ -240,3 +244,12 @@ def read_worker_prompt(prompt: str) -> tuple[str, str]:
         return prompt, prompt.strip()
     shown, _, instruction = prompt.rpartition(YOUR_INSTRUCTION)
     return shown, instruction.strip()
+
+
+def read_task(prompt: str) -> str:
+    """The task section of a worker prompt (the whole prompt when it has no such section)."""
+    if not prompt.startswith(TASK_HEADING):
+        return prompt
+    task = prompt.removeprefix(TASK_HEADING)
+    ends = [task.find(marker) for marker in ("\n\n# Context\n", f"\n\n{TEAM_WORK}", f"\n\n{YOUR_INSTRUCTION}")]
+    return task[: min((end for end in ends if end >= 0), default=len(task))]

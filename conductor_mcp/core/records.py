@@ -42,6 +42,22 @@ class Attempt(BaseModel):
     latency_s: float = 0.0
 
 
+class ToolCall(BaseModel):
+    """A call of one of the client's tools that the final worker asked for; the client runs it (OpenAI door).
+    The id names the run and step (see core/client_tools.py), so the client's reply finds its way back."""
+
+    id: str
+    name: str
+    arguments: str = Field(default="{}", description="JSON text, as the model wrote it")
+
+
+class ToolResult(BaseModel):
+    """What the client's tool returned for one ToolCall."""
+
+    call_id: str
+    output: str
+
+
 class ConductorCall(CallUsage):
     """One call to the conductor model, with its raw output kept verbatim."""
 
@@ -84,6 +100,11 @@ class StepRecord(CallUsage):
     truncated_inputs: list[int] = Field(
         default_factory=list, description="seen steps whose output was cut to the size limit for this step"
     )
+    tool_calls: list[ToolCall] = Field(default_factory=list, description="the client's tools this step called")
+    tool_results: list[ToolResult] = Field(
+        default_factory=list,
+        description="a tool turn: the client's results for the previous step's tool calls, given to the same worker",
+    )
 
     def label(self) -> str:
         """The id the conductor used, with the pool's worker id when the pool is anonymised."""
@@ -96,6 +117,9 @@ class Run(BaseModel):
     context: str | None = None
     files: list[FileRef] = Field(default_factory=list, description="files read into the context: path, size, sha256")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="the client's function tools (chat format), offered to the final step"
+    )
     pool: str
     pool_digest: str
     conductor_model: str
@@ -129,7 +153,7 @@ class Run(BaseModel):
         """The request this run carries out (a follow-up copies it with changes)."""
         return RunRequest(
             task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
-            budget=self.budget, self_correct=self.self_correct, files=tuple(self.files),
+            budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
         )  # fmt: skip
 
     def inherited_origin(self, step: StepRecord) -> str:

@@ -7,6 +7,7 @@ Bad values raise RequestError naming the field and the limit.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -17,6 +18,8 @@ from conductor_mcp.errors import RequestError
 MAX_STEPS_LIMIT = 20
 MAX_TASK_CHARS = 100_000
 MAX_CONTEXT_CHARS = 400_000
+MAX_TOOLS = 128
+MAX_TOOLS_CHARS = 200_000  # the definitions of the client's tools, as JSON (Codex sends ~20 KB)
 
 TaskText = Annotated[
     str,
@@ -87,12 +90,23 @@ class RunRequest(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     self_correct: bool | None = Field(default=None, description="None: the pool's setting")
     files: tuple[FileRef, ...] = Field(default=(), description="files read into the context, for the record")
+    tools: tuple[dict[str, Any], ...] = Field(
+        default=(), max_length=MAX_TOOLS, description="the client's function tools (chat format), for the final step"
+    )
 
     @field_validator("task")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must be a non-empty string")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_bounded(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        size = len(json.dumps(value))
+        if size > MAX_TOOLS_CHARS:
+            raise ValueError(f"the tool definitions come to {size} characters, over the limit of {MAX_TOOLS_CHARS}")
         return value
 
     @classmethod
@@ -117,4 +131,4 @@ def _describe(error: Any) -> str:
         return f"{field}: {len(value)} characters exceeds the limit of {ctx['max_length']}"
     if field == "max_steps" and kind in ("greater_than_equal", "less_than_equal"):
         return f"{field}: must be between 1 and {MAX_STEPS_LIMIT}, got {value}"
-    return f"{field}: {error['msg']}"
+    return f"{field}: {str(error['msg']).removeprefix('Value error, ')}"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from conductor_mcp.errors import WorkflowError
+from conductor_mcp.errors import RequestError, WorkflowError
 
 ALL = "all"
 DEFAULT_INSTRUCTION = "Answer the task directly and completely."
@@ -44,6 +44,19 @@ class Workflow(BaseModel):
 
     reasoning: str = ""
     steps: list[Step] = Field(default_factory=list)
+
+
+def given_workflow(workflow: Workflow, workers: list[str]) -> Workflow:
+    """A workflow a caller supplied (baselines, replays), checked: each step names one of `workers` and sees
+    only earlier steps. Bad ones raise RequestError."""
+    if not workflow.steps:
+        raise RequestError("workflow: must have at least one step")
+    for i, step in enumerate(workflow.steps):
+        if step.worker not in workers:
+            raise RequestError(f"workflow: step {i} names unknown worker {step.worker!r}")
+        if any(not 0 <= j < i for j in step.access):
+            raise RequestError(f"workflow: step {i} may only see earlier steps, got {step.access}")
+    return workflow
 
 
 class ParsedWorkflow(BaseModel):

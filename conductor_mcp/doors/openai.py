@@ -23,16 +23,20 @@ from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
 from conductor_mcp.doors.openai_wire import (
     Asked,
+    ToolReply,
+    answer_items,
     chat_object,
     chat_request,
+    chat_tool_reply,
     earlier_turns,
     finished_ok,
-    message_item,
     now_s,
     reasoning_item,
     response_object,
     responses_request,
+    responses_tool_reply,
     run_error,
+    run_of_response,
 )
 from conductor_mcp.errors import (
     BudgetExhausted,
@@ -53,7 +57,10 @@ log = get_logger(__name__)
 MODEL = "conductor"
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a long Codex history with tool outputs fits; the run's own limits apply after
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would re-send (and re-pay for) a run that failed
-CHAT_PARAMS = {"task": "messages", "context": "messages", "budget.max_tokens": "max_tokens"}
+CHAT_PARAMS = {
+    "task": "messages", "context": "messages", "input": "messages", "run_id": "messages",
+    "budget.max_tokens": "max_tokens",
+}  # fmt: skip
 Guard = Callable[[Request], Awaitable[Response | None]]
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -151,28 +158,42 @@ class OpenAIDoor:
         previous = body.get("previous_response_id")
         if previous is not None and not isinstance(previous, str):
             raise RequestError("previous_response_id: must be a response id (resp_...)")
-        earlier = earlier_turns(self.service.get_run(previous.removeprefix("resp_"))) if previous else None
+        previous_run = run_of_response(previous) if previous else None
+        reply = responses_tool_reply(body, previous_run)
+        if reply is not None:
+            return await self._respond(self._go_on(reply), reply.model, reply.stream, ResponsesStream)
+        earlier = earlier_turns(self.service.get_run(previous_run)) if previous_run else None
         asked = responses_request(body, earlier)
-        run, created = self._start(asked), now_s()
-        if asked.stream:
-            return self._sse(run, ResponsesStream(run, asked.model, created))
+        return await self._respond(self._start(asked), asked.model, asked.stream, ResponsesStream)
+
+    async def chat(self, request: Request) -> Response:
+        body = await _json_body(request)
+        reply = chat_tool_reply(body)
+        if reply is not None:
+            return await self._respond(self._go_on(reply), reply.model, reply.stream, ChatStream)
+        asked = chat_request(body)
+        return await self._respond(self._start(asked), asked.model, asked.stream, ChatStream)
+
+    async def _respond(self, run: Run, model: str, stream: bool, wire: type[ResponsesStream | ChatStream]) -> Response:
+        """The run, once it ends, as one response in the request's API, or as its SSE stream from now on."""
+        created = now_s()
+        if stream:
+            return self._sse(run, wire(run, model, created))
         lines = [opening_line(run)]
         run = await self._finish(run, lines)
         if not finished_ok(run):
             return _failure(run)
-        output = [reasoning_item(run, "\n".join(lines))] if lines else []
-        output.append(message_item(run, run.answer or ""))
-        return _with_run_id(JSONResponse(response_object(run, asked.model, output, created)), run)
+        if wire is ChatStream:
+            return _with_run_id(JSONResponse(chat_object(run, model, created)), run)
+        output = [reasoning_item(run, "\n".join(lines)), *answer_items(run)]
+        return _with_run_id(JSONResponse(response_object(run, model, output, created)), run)
 
-    async def chat(self, request: Request) -> Response:
-        asked = chat_request(await _json_body(request))
-        run, created = self._start(asked), now_s()
-        if asked.stream:
-            return self._sse(run, ChatStream(run, asked.model, created))
-        run = await self._finish(run, [])
-        if not finished_ok(run):
-            return _failure(run)
-        return _with_run_id(JSONResponse(chat_object(run, asked.model, created)), run)
+    def _go_on(self, reply: ToolReply) -> Run:
+        """The client's tool results, given to the run's final worker as a new step of the same run."""
+        self.pool_for(reply.model)  # an unknown model is refused as it is for a new run
+        run = self.service.answer_tool_calls(reply.run_id, reply.results)
+        log.info("openai_tool_turn", run_id=run.id, results=len(reply.results), stream=reply.stream)
+        return run
 
     def _start(self, asked: Asked) -> Run:
         pool = self.pool_for(asked.model)

@@ -1,9 +1,10 @@
 """The OpenAI streaming formats: a run's progress as reasoning summaries, then its answer as text deltas.
 
 Responses: `response.created`, a reasoning item whose summary grows with each progress line, then the assistant
-message (`response.output_text.delta`s, `response.output_item.done`) and `response.completed` with usage.
+message (`response.output_text.delta`s, `response.output_item.done`), the final worker's calls of the client's
+tools (`function_call` items), and `response.completed` with usage.
 Chat Completions: `chat.completion.chunk`s with `reasoning_content` deltas (as vLLM emits them), `content`
-deltas, a final chunk with `finish_reason`, a usage chunk, then `data: [DONE]`. Pure: no I/O.
+deltas, `tool_calls` deltas, a final chunk with `finish_reason`, a usage chunk, then `data: [DONE]`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 
 from conductor_mcp.core.records import Run
 from conductor_mcp.doors.openai_wire import (
+    answer_items,
+    chat_tool_calls,
     chat_usage,
+    finish_reason,
     finished_ok,
-    message_item,
     reasoning_item,
     response_object,
     run_error,
@@ -61,8 +64,8 @@ class ResponsesStream:
             )  # fmt: skip
         self.summary += line + "\n"
         return opening + self._event(
-            "response.reasoning_summary_text.delta", item_id=f"rs_{self.run.id}", output_index=0, summary_index=0,
-            delta=line + "\n",
+            "response.reasoning_summary_text.delta", item_id=reasoning_item(self.run, "")["id"], output_index=0,
+            summary_index=0, delta=line + "\n",
         )  # fmt: skip
 
     def _close_reasoning(self) -> tuple[str, list[dict[str, Any]]]:
@@ -77,24 +80,41 @@ class ResponsesStream:
         return events, [item]
 
     def finish(self, run: Run) -> str:
-        """The answer as text deltas, then `response.completed` (or `.incomplete`, or `.failed` without one)."""
+        """The answer as text deltas and its tool calls, then `response.completed` (or `.incomplete`, or
+        `.failed` without an answer)."""
         self.run = run
         events, output = self._close_reasoning()
         if not finished_ok(run):
             return events + self._event("response.failed", response=self._response(output))
-        index, item = len(output), message_item(run, run.answer or "")
+        for item in answer_items(run):
+            index = len(output)
+            events += self._message(item, index) if item["type"] == "message" else self._function_call(item, index)
+            output.append(item)
+        final = self._response(output)
+        return events + self._event(f"response.{final['status']}", response=final)
+
+    def _message(self, item: dict[str, Any], index: int) -> str:
+        text = item["content"][0]["text"]
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        opened = {**item, "status": "in_progress", "content": []}
-        events += self._event("response.output_item.added", output_index=index, item=opened)
+        events = self._event("response.output_item.added", output_index=index,
+                             item={**item, "status": "in_progress", "content": []})  # fmt: skip
         events += self._event("response.content_part.added", part=part, **where)
-        for delta in _chunks(run.answer or ""):
+        for delta in _chunks(text):
             events += self._event("response.output_text.delta", delta=delta, logprobs=[], **where)
-        events += self._event("response.output_text.done", text=run.answer, logprobs=[], **where)
+        events += self._event("response.output_text.done", text=text, logprobs=[], **where)
         events += self._event("response.content_part.done", part=item["content"][0], **where)
-        events += self._event("response.output_item.done", output_index=index, item=item)
-        final = self._response([*output, item])
-        return events + self._event(f"response.{final['status']}", response=final)
+        return events + self._event("response.output_item.done", output_index=index, item=item)
+
+    def _function_call(self, item: dict[str, Any], index: int) -> str:
+        where = {"item_id": item["id"], "output_index": index}
+        opened = {**item, "status": "in_progress", "arguments": ""}
+        return (
+            self._event("response.output_item.added", output_index=index, item=opened)
+            + self._event("response.function_call_arguments.delta", delta=item["arguments"], **where)
+            + self._event("response.function_call_arguments.done", arguments=item["arguments"], **where)
+            + self._event("response.output_item.done", output_index=index, item=item)
+        )
 
 
 class ChatStream:
@@ -123,7 +143,11 @@ class ChatStream:
         """Content deltas, the finish reason, usage, [DONE]; a run without an answer ends in an error event."""
         if not finished_ok(run):
             return f"data: {json.dumps({'error': run_error(run)[1]})}\n\ndata: [DONE]\n\n"
-        events = "".join(self._delta({"content": delta}) for delta in _chunks(run.answer or ""))
-        events += self._delta({}, "length" if run.stop_reason else "stop")
-        events += self._chunk([], usage=chat_usage(run.totals))
+        calls = chat_tool_calls(run)
+        texts = _chunks(run.answer or "") if run.answer or not calls else []
+        events = "".join(self._delta({"content": delta}) for delta in texts)
+        if calls:
+            events += self._delta({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
+        events += self._delta({}, finish_reason(run))
+        events += self._chunk([], usage=chat_usage(run))
         return events + "data: [DONE]\n\n"

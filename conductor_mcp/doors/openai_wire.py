@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_mcp.core.records import Run
+from conductor_mcp.core.client_tools import final_record, function_tools, run_of_call, tool_result
+from conductor_mcp.core.records import Run, ToolCall, ToolResult
 from conductor_mcp.core.request import MAX_CONTEXT_CHARS, MAX_STEPS_LIMIT, MAX_TASK_CHARS
-from conductor_mcp.core.usage import BUDGET_REACHED, Totals
+from conductor_mcp.core.usage import BUDGET_REACHED
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
 TEXT_PARTS = {"text", "input_text", "output_text", "summary_text", "refusal"}
@@ -35,6 +36,16 @@ class Asked:
     context: str | None
     stream: bool
     run_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """A request that brings the client's tool results for a run's final worker, who goes on (no new run)."""
+
+    model: str
+    run_id: str
+    results: list[ToolResult]
+    stream: bool
 
 
 def _part_text(part: Any, where: str) -> str:
@@ -108,7 +119,8 @@ def _task_and_context(turns: list[tuple[str, str]], field_name: str) -> tuple[st
 
 
 def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name: str) -> dict[str, Any]:
-    """max tokens and metadata.max_usd become the budget; the reasoning effort, how many steps the team may take."""
+    """max tokens and metadata.max_usd become the budget; the reasoning effort, how many steps the team may take;
+    the client's function tools go to the final step's worker."""
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise RequestError("metadata: must be an object of string values")
@@ -120,7 +132,12 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
     if effort is not None and effort not in EFFORTS:
         raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORTS)}, got {effort!r}")
     steps = {"none": 1, "minimal": 1, "low": 2, "high": MAX_STEPS_LIMIT, "xhigh": MAX_STEPS_LIMIT}.get(effort or "")
-    fields: dict[str, Any] = {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "max_steps": steps}
+    tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
+    fields: dict[str, Any] = {
+        "budget": {"max_tokens": max_tokens, "max_usd": max_usd},
+        "max_steps": steps,
+        "tools": tools,
+    }
     if effort == "xhigh":
         fields["self_correct"] = True
     return fields
@@ -171,22 +188,89 @@ def chat_request(body: dict[str, Any]) -> Asked:
     return Asked(model, task, context, bool(body.get("stream")), fields)
 
 
+def _after_last_user(items: list[Any], is_user: Any) -> list[Any]:
+    last_user = max((i for i, item in enumerate(items) if is_user(item)), default=-1)
+    return items[last_user + 1 :]
+
+
+def _tool_reply(model: str, run_id: str | None, results: list[ToolResult], stream: bool) -> ToolReply | None:
+    run_id = run_id or (run_of_call(results[-1].call_id) if results else None)
+    return ToolReply(model, run_id, results, stream) if results and run_id else None
+
+
+def responses_tool_reply(body: dict[str, Any], previous_run_id: str | None) -> ToolReply | None:
+    """A Responses request that answers a run's tool calls: `function_call_output` items after the last user
+    message, for the run its previous_response_id names or (Codex: no stored state) its call ids name."""
+    raw = body.get("input")
+    if not isinstance(raw, list):
+        return None
+    items = _after_last_user(raw, lambda item: isinstance(item, dict) and item.get("role") == "user")
+    results = [
+        tool_result(item.get("call_id"), item.get("output"), f"input[{len(raw) - len(items) + i}]")
+        for i, item in enumerate(items) if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]  # fmt: skip
+    return _tool_reply(_model(body), previous_run_id, results, bool(body.get("stream")))
+
+
+def chat_tool_reply(body: dict[str, Any]) -> ToolReply | None:
+    """A Chat Completions request whose messages end in `tool` messages answering calls this server made."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    tail = _after_last_user(messages, lambda m: isinstance(m, dict) and m.get("role") == "user")
+    results = [
+        tool_result(m.get("tool_call_id"), _content_text(m.get("content"), "messages[-1]"), "messages")
+        for m in tail if isinstance(m, dict) and m.get("role") == "tool"
+    ]  # fmt: skip
+    return _tool_reply(_model(body), None, results, bool(body.get("stream")))
+
+
 # -- out: runs as OpenAI objects ----------------------------------------------------------------------
 
 
-def responses_usage(totals: Totals) -> dict[str, Any]:
-    """Every token the run spent, conductor included: what the caller pays for."""
+def turn_tokens(run: Run) -> tuple[int, int]:
+    """The prompt and completion tokens this response accounts for: every token the run spent, conductor
+    included (what the caller pays for); for a tool turn, the turn's own (earlier turns were reported already)."""
+    last = final_record(run)
+    if last is not None and last.tool_results:
+        return last.prompt_tokens, last.completion_tokens
+    return run.totals.prompt_tokens, run.totals.completion_tokens
+
+
+def responses_usage(run: Run) -> dict[str, Any]:
+    prompt, completion = turn_tokens(run)
     return {
-        "input_tokens": totals.prompt_tokens, "output_tokens": totals.completion_tokens,
-        "total_tokens": totals.total_tokens, "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
+        "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0},
     }  # fmt: skip
 
 
-def chat_usage(totals: Totals) -> dict[str, Any]:
+def chat_usage(run: Run) -> dict[str, Any]:
+    prompt, completion = turn_tokens(run)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def response_id(run: Run) -> str:
+    """`resp_<run id>`, then `resp_<run id>_<n>` for the n-th tool turn: each response of a run has its own id."""
+    turns = sum(1 for step in run.steps if step.tool_results)
+    return f"resp_{run.id}_{turns}" if turns else f"resp_{run.id}"
+
+
+def run_of_response(identifier: str) -> str:
+    """The run a response id belongs to."""
+    return identifier.removeprefix("resp_").split("_", 1)[0]
+
+
+def pending_calls(run: Run) -> list[ToolCall]:
+    """The client's tools the run's final worker called, for the client to run (none once it answered)."""
+    last = final_record(run)
+    return list(last.tool_calls) if last is not None and last.status == "done" else []
+
+
+def function_call_item(call: ToolCall) -> dict[str, Any]:
     return {
-        "prompt_tokens": totals.prompt_tokens, "completion_tokens": totals.completion_tokens,
-        "total_tokens": totals.total_tokens,
+        "type": "function_call", "id": f"fc_{call.id.removeprefix('call_')}", "call_id": call.id,
+        "name": call.name, "arguments": call.arguments, "status": "completed",
     }  # fmt: skip
 
 
@@ -197,13 +281,22 @@ def finished_ok(run: Run) -> bool:
 
 def message_item(run: Run, text: str) -> dict[str, Any]:
     return {
-        "type": "message", "id": f"msg_{run.id}", "status": "completed", "role": "assistant",
+        "type": "message", "id": f"msg_{response_id(run).removeprefix('resp_')}", "status": "completed",
+        "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
     }  # fmt: skip
 
 
 def reasoning_item(run: Run, summary: str) -> dict[str, Any]:
-    return {"type": "reasoning", "id": f"rs_{run.id}", "summary": [{"type": "summary_text", "text": summary}]}
+    identifier = f"rs_{response_id(run).removeprefix('resp_')}"
+    return {"type": "reasoning", "id": identifier, "summary": [{"type": "summary_text", "text": summary}]}
+
+
+def answer_items(run: Run) -> list[dict[str, Any]]:
+    """The answer as output items: the assistant's text (left out when it only called tools), then its calls."""
+    calls = pending_calls(run)
+    text = [message_item(run, run.answer or "")] if run.answer or not calls else []
+    return [*text, *(function_call_item(call) for call in calls)]
 
 
 def response_object(run: Run, model: str, output: list[dict[str, Any]], created: int) -> dict[str, Any]:
@@ -212,8 +305,8 @@ def response_object(run: Run, model: str, output: list[dict[str, Any]], created:
     if run.status != "running":
         status = ("incomplete" if run.stop_reason else "completed") if finished_ok(run) else "failed"
     return {
-        "id": f"resp_{run.id}", "object": "response", "created_at": created, "status": status, "model": model,
-        "output": output, "usage": responses_usage(run.totals) if status != "in_progress" else None,
+        "id": response_id(run), "object": "response", "created_at": created, "status": status, "model": model,
+        "output": output, "usage": responses_usage(run) if status != "in_progress" else None,
         "metadata": {"conductor_run_id": run.id}, "error": run_error(run)[1] if status == "failed" else None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": None,
@@ -233,14 +326,28 @@ def run_error(run: Run) -> tuple[int, dict[str, Any]]:
     return 500, {"message": message, "type": "server_error", "param": None, "code": "run_failed"}
 
 
+def chat_tool_calls(run: Run) -> list[dict[str, Any]]:
+    return [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call in pending_calls(run)
+    ]
+
+
+def finish_reason(run: Run) -> str:
+    return "tool_calls" if pending_calls(run) else "length" if run.stop_reason else "stop"
+
+
 def chat_object(run: Run, model: str, created: int) -> dict[str, Any]:
+    calls = chat_tool_calls(run)
+    message = {"role": "assistant", "content": run.answer or (None if calls else run.answer)}
     return {
-        "id": f"chatcmpl-{run.id}", "object": "chat.completion", "created": created, "model": model,
+        "id": f"chatcmpl-{response_id(run).removeprefix('resp_')}", "object": "chat.completion",
+        "created": created, "model": model,
         "choices": [{
-            "index": 0, "message": {"role": "assistant", "content": run.answer},
-            "finish_reason": "length" if run.stop_reason else "stop", "logprobs": None,
+            "index": 0, "message": {**message, **({"tool_calls": calls} if calls else {})},
+            "finish_reason": finish_reason(run), "logprobs": None,
         }],
-        "usage": chat_usage(run.totals), "conductor_run_id": run.id,
+        "usage": chat_usage(run), "conductor_run_id": run.id,
     }  # fmt: skip
 
 

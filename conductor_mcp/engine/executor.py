@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from conductor_mcp.core import prompts
+from conductor_mcp.core import client_tools, prompts
 from conductor_mcp.core.events import EventKind, ProgressCallback, ProgressEvent, emit
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import MAX_SEEN_OUTPUT_CHARS, worker_messages
@@ -77,7 +77,7 @@ class Executor:
         return (
             self.pool.recursion
             and run.max_depth >= 1
-            and any(r.status == "failed" for r in top)
+            and any(r.status == "failed" and not r.tool_results for r in top)  # a tool turn is the client's to retry
             and not any(r.worker_id == CONDUCTOR_ID and (r.finish_reason or "").startswith("recovery") for r in top)
         )
 
@@ -147,7 +147,7 @@ class Executor:
             while pending or running:
                 if stop is None:
                     for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
-                        messages = worker_messages(run.task, run.context, workflow, i, outputs)
+                        messages = self._messages(run, workflow, records[i], outputs)
                         stop = self._over_budget(run, workflow.steps[i].worker, messages)
                         if stop:
                             break
@@ -175,9 +175,23 @@ class Executor:
         self._skip(run, [records[i] for i in pending], stop or "not reached")
         return stop
 
+    def _messages(
+        self, run: Run, workflow: Workflow, record: StepRecord, outputs: dict[int, str]
+    ) -> list[dict[str, Any]]:
+        """What a step's worker receives: the task and the steps it sees; for a tool turn, the conversation of the
+        step whose tool calls it answers, continued with the client's results."""
+        if not record.tool_results:
+            return worker_messages(run.task, run.context, workflow, record.index, outputs)
+        previous = self._record(run, str(record.access[0]))
+        earlier = self.store.step_messages(run.id, previous.key) if previous is not None else None
+        if previous is None or earlier is None:
+            raise StoreError(f"run {run.id}: the conversation of the step before tool turn {record.key} is not stored")
+        return client_tools.turn_messages(earlier, previous, record)
+
     def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> str | None:
-        """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated)."""
-        started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None)
+        """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated).
+        Tool turns do not count toward the call cap: it bounds the team's workflow, and the client drives them."""
+        started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None and not r.tool_results)
         if started >= run.max_calls:
             run.stop_reason = f"call budget reached: {started} of {run.max_calls} calls used"
             return run.stop_reason
@@ -239,8 +253,10 @@ class Executor:
         result = await self.providers.complete(
             worker, messages, label=worker.id, metadata=run.metadata, simulation=self.pool.simulation,
             fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)],
+            tools=run.tools if client_tools.offers_tools(run, record) else None,
         )  # fmt: skip
         record.status, record.output, record.finish_reason = "done", result.text, result.finish_reason
+        record.tool_calls = client_tools.tool_calls_of(run.id, record.index, result.tool_calls)
         record.answered_by, record.attempts = result.answered_by, result.attempts
         record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
         record.cost_usd, record.latency_s = result.cost_usd, round(result.latency_s, 4)

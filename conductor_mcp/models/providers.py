@@ -57,6 +57,7 @@ class Completion:
     latency_s: float
     answered_by: str
     attempts: list[Attempt] = field(default_factory=list)
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, JSON arguments) of the client's tools
 
 
 def _request(
@@ -185,13 +186,20 @@ def _answer(spec: ModelSpec, response: Any) -> tuple[Any, str]:
     return choice, sanitized(text or "")
 
 
+def _tool_calls(choice: Any) -> list[tuple[str, str]]:
+    calls = getattr(getattr(choice, "message", None), "tool_calls", None) or []
+    asked = [(getattr(c.function, "name", None), getattr(c.function, "arguments", None)) for c in calls]
+    return [(sanitized(name), sanitized(args or "{}")) for name, args in asked if isinstance(name, str)]
+
+
 def _completion(
     spec: ModelSpec, response: Any, answer: tuple[Any, str], latency: float, attempts: list[Attempt]
 ) -> Completion:
-    """What one successful response says: its text (from `_answer`), usage, cost and who answered."""
+    """What one successful response says: its text (from `_answer`), tool calls, usage, cost and who answered."""
     choice, text = answer
     usage = getattr(response, "usage", None)
     return Completion(
+        tool_calls=[] if spec.prompt_style == "completion" else _tool_calls(choice),
         text=redact_values(text.strip() if spec.prompt_style == "completion" else text),
         finish_reason=choice.finish_reason,
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
@@ -223,10 +231,12 @@ class Providers:
         metadata: dict[str, Any] | None = None,
         response_format: dict[str, Any] | None = None,
         simulation: SimulationConfig | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> Completion:
         """Call `spec` (retrying transient faults), then each fallback in turn; raise ProviderError if all fail.
 
-        `metadata` (the task's reference data) and `simulation` (the pool's sim profiles) reach sim models only.
+        `metadata` (the task's reference data) and `simulation` (the pool's sim profiles) reach sim models only;
+        `tools` (the client's function tools) are offered to chat models, which may answer with calls of them.
         """
         sim_call = sim.SimCall(
             task=metadata or {}, simulation=simulation or SimulationConfig(),
@@ -237,7 +247,7 @@ class Providers:
         for position, (name, candidate) in enumerate(candidates):
             try:
                 return await self._call_with_retries(
-                    candidate, messages, name, attempts, sim_call, response_format=response_format
+                    candidate, messages, name, attempts, sim_call, response_format=response_format, tools=tools or None
                 )
             except ProviderError as exc:
                 if position + 1 < len(candidates):
@@ -276,6 +286,7 @@ class Providers:
         if spec.prompt_style == "completion":
             request["prompt"] = completion_prompt(request.pop("messages"))
             request.pop("response_format", None)
+            request.pop("tools", None)  # a base model continues text: it cannot call tools
         call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
         for attempt in range(spec.max_retries + 1):
             started = time.perf_counter()

@@ -8,7 +8,8 @@ models take: request building, retries, usage, cost. What they answer is decided
 * a worker that sees earlier answers and is unsure of its own adopts the majority of those it sees;
 * token counts follow the prompt length and the worker's verbosity, latency its speed, cost its price;
 * the task's domain, difficulty, reference answer and choices travel in the task metadata, which only the
-  simulator ever receives (see providers.py).
+  simulator ever receives (see providers.py);
+* a worker offered the client's tools calls the one its task names (sim_tools.py).
 
 `sim/conductor` writes plausible workflows from the worker descriptions in its prompt: one step for easy
 tasks, a planner/solver/verifier or fan-out/aggregate shape for hard ones, and malformed output at a
@@ -29,11 +30,13 @@ from typing import Any
 
 import litellm
 from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import ChatCompletionMessageToolCall, Function
 
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import CONDUCTOR_ID as SELF
 from conductor_mcp.core.records import messages_digest
 from conductor_mcp.core.simulation import DIFFICULTY, SimConductorProfile, SimulationConfig, SimWorkerProfile
+from conductor_mcp.models import sim_tools
 
 PREFIX = "sim/"
 ANSWER_LINE = re.compile(r"^ANSWER:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
@@ -264,13 +267,13 @@ class SimProvider(CustomLLM):
         call = ((litellm_params or {}).get("metadata") or {}).get(SIM_CALL)
         call = call if isinstance(call, SimCall) else SimCall()
         text, completion_tokens, latency = _reply(model.removeprefix(PREFIX), messages, call, optional_params)
+        calls = sim_tools.requested_calls(messages, optional_params.get("tools"))
         scale = call.simulation.time_scale if call.time_scale is None else call.time_scale
         if latency * scale > 0:
             await asyncio.sleep(latency * scale)
         if call.call_log is not None:
             _log_call(call.call_log, model, messages)
-        model_response.choices[0].message.content = text
-        model_response.choices[0].finish_reason = "stop"
+        _fill(model_response.choices[0], text + sim_tools.quoted_results(messages), calls)
         prompt_tokens = _tokens(_text(messages))
         model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
             prompt_tokens=prompt_tokens,
@@ -279,6 +282,18 @@ class SimProvider(CustomLLM):
         )
         model_response.model = model
         return model_response
+
+
+def _fill(choice: Any, text: str, calls: list[tuple[str, str]]) -> None:
+    """Put the reply into litellm's response: the text, or (the text withheld) the tool calls asked for."""
+    if not calls:
+        choice.message.content, choice.finish_reason = text, "stop"
+        return
+    choice.message.content, choice.finish_reason = None, "tool_calls"
+    choice.message.tool_calls = [
+        ChatCompletionMessageToolCall(id=f"sim_{n}", type="function", function=Function(name=name, arguments=args))
+        for n, (name, args) in enumerate(calls)
+    ]
 
 
 def _reply(

@@ -26,11 +26,11 @@ class ActiveRuns:
         self._listeners: dict[str, list[ProgressCallback]] = defaultdict(list)
 
     def __contains__(self, run_id: object) -> bool:
-        return run_id in self._runs
+        entry = self._runs.get(run_id) if isinstance(run_id, str) else None
+        return entry is not None and not entry[1].done()  # a finished task is forgotten a moment later
 
     def get(self, run_id: str) -> Run | None:
-        entry = self._runs.get(run_id)
-        return entry[0] if entry else None
+        return self._runs[run_id][0] if run_id in self else None
 
     def ids(self) -> list[str]:
         return list(self._runs)
@@ -44,10 +44,11 @@ class ActiveRuns:
 
         task = asyncio.get_running_loop().create_task(_as_coroutine(execute(relay)), name=f"run-{run.id}")
         self._runs[run.id] = (run, task)
-        task.add_done_callback(lambda _: self._forget(run.id))
+        task.add_done_callback(lambda done: self._forget(run.id, done))
 
-    def _forget(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
+    def _forget(self, run_id: str, task: asyncio.Task[Run]) -> None:
+        if run_id in self._runs and self._runs[run_id][1] is task:  # not a later execution of the same run
+            self._runs.pop(run_id)
         if not self._listeners.get(run_id):
             self._listeners.pop(run_id, None)
 

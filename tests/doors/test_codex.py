@@ -65,24 +65,7 @@ def test_codex_exec_answers_with_a_run_on_the_sim_pool(tmp_path: Path, codex_hom
     assert CODEX, "CI must install Codex CLI (see .ci/run)"
     server = HttpServer(tmp_path / "state", CONDUCTOR_HTTP_TOKEN=TOKEN, CONDUCTOR_SIM_TIME_SCALE="0.01")
     try:
-        (codex_home / "config.toml").write_text(CONFIG.format(port=server.port), encoding="utf-8")
-        workdir = codex_home / "work"
-        workdir.mkdir()
-        env = {
-            **os.environ, "CODEX_HOME": str(codex_home), "HOME": str(codex_home),
-            "CONDUCTOR_TEST_CODEX_KEY": TOKEN, "NO_COLOR": "1",
-        }  # fmt: skip
-        result = subprocess.run(
-            [CODEX, "exec", "--skip-git-repo-check", "--json", "What is 6 * 7? Explain step by step."],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=workdir, timeout=180,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-        events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-        messages = [
-            e["item"]["text"] for e in events
-            if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"
-        ]  # fmt: skip
-        assert messages, result.stdout[-3000:]
+        messages = _codex_exec(codex_home, server.port, "What is 6 * 7? Explain step by step.")
         runs = httpx.get(
             f"http://127.0.0.1:{server.port}/v1/runs/{_last_run_id(tmp_path)}",
             headers={"authorization": f"Bearer {TOKEN}"},
@@ -94,6 +77,30 @@ def test_codex_exec_answers_with_a_run_on_the_sim_pool(tmp_path: Path, codex_hom
         server.stop()
 
 
+def _codex_exec(codex_home: Path, port: int, task: str) -> list[str]:
+    """Run `codex exec` on a task against the server; its agent messages, in order."""
+    assert CODEX is not None
+    (codex_home / "config.toml").write_text(CONFIG.format(port=port), encoding="utf-8")
+    workdir = codex_home / "work"
+    workdir.mkdir(exist_ok=True)
+    env = {
+        **os.environ, "CODEX_HOME": str(codex_home), "HOME": str(codex_home),
+        "CONDUCTOR_TEST_CODEX_KEY": TOKEN, "NO_COLOR": "1",
+    }  # fmt: skip
+    result = subprocess.run(
+        [CODEX, "exec", "--skip-git-repo-check", "--json", task],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=workdir, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    messages = [
+        e["item"]["text"] for e in events
+        if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"
+    ]  # fmt: skip
+    assert messages, result.stdout[-3000:]
+    return messages
+
+
 def _last_run_id(tmp_path: Path) -> str:
     from conductor_mcp.config import Settings
     from conductor_mcp.service import Service
@@ -101,3 +108,23 @@ def _last_run_id(tmp_path: Path) -> str:
     rows = Service(Settings.from_env(state_dir=tmp_path / "state")).list_runs(1)
     assert rows, "Codex's request started no run"
     return str(rows[0]["id"])
+
+
+def test_codex_runs_the_tool_the_final_worker_calls_and_the_run_goes_on(tmp_path: Path, codex_home: Path) -> None:
+    """The sim worker calls Codex's own exec_command tool; Codex runs it and posts the output back; the same
+    worker answers with it, as a tool turn of the same run."""
+    assert CODEX, "CI must install Codex CLI (see .ci/run)"
+    task = 'Check the shell works: call exec_command {"cmd": "echo conductor-tool-ran"} and report.'
+    server = HttpServer(tmp_path / "state", CONDUCTOR_HTTP_TOKEN=TOKEN, CONDUCTOR_SIM_TIME_SCALE="0")
+    try:
+        messages = _codex_exec(codex_home, server.port, task)
+        run = httpx.get(
+            f"http://127.0.0.1:{server.port}/v1/runs/{_last_run_id(tmp_path)}",
+            headers={"authorization": f"Bearer {TOKEN}"},
+        ).json()
+    finally:
+        server.stop()
+    turn = run["steps"][-1]
+    assert run["status"] == "done" and turn["tool_results"], run["steps"]
+    assert "conductor-tool-ran" in turn["tool_results"][0]["output"]
+    assert "Tool result:" in messages[-1] and "conductor-tool-ran" in messages[-1]

@@ -227,3 +227,104 @@ def test_the_host_check_guards_the_openai_door_too(server: HttpServer) -> None:
     headers = {"authorization": f"Bearer {TOKEN}", "host": "evil.example:80"}
     refused = httpx.get(f"{base_url(server)}/models", headers=headers)
     assert refused.status_code == 421 and refused.json()["error"]["code"] == "forbidden"
+
+
+WEATHER_TOOL = {
+    "type": "function", "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}  # fmt: skip
+TOOL_TASK = 'Should I take an umbrella in Paris? Call get_weather {"city": "Paris"} first.'
+
+
+def test_tool_call_round_trip_through_responses_and_previous_response_id(
+    client: openai.OpenAI, server: HttpServer
+) -> None:
+    first = client.responses.create(model="conductor/sim", input=TOOL_TASK, tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert first.metadata is not None
+    run_id = first.metadata["conductor_run_id"]
+    assert first.id == f"resp_{run_id}" and calls[0].call_id.startswith(f"call_{run_id}_")
+
+    second = client.responses.create(
+        model="conductor/sim", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "rain, 12 C"}],
+    )  # fmt: skip
+    assert second.id == f"resp_{run_id}_1" and second.metadata == {"conductor_run_id": run_id}
+    assert "Tool result: rain, 12 C" in second.output_text
+    assert not [item for item in second.output if item.type == "function_call"]
+    run = stored_run(server, run_id)
+    final, turn = run["steps"][-2], run["steps"][-1]
+    assert turn["worker_id"] == final["worker_id"] and turn["access"] == [final["index"]]
+    assert turn["tool_results"] == [{"call_id": calls[0].call_id, "output": "rain, 12 C"}]
+    assert len(run["conductor_calls"]) == 1  # no re-planning: the turn is a step of the same run
+    assert run["status"] == "done" and run["answer"] == second.output_text
+    assert second.usage is not None
+    assert second.usage.total_tokens == turn["prompt_tokens"] + turn["completion_tokens"]  # this turn's own
+
+
+def test_a_stateless_client_resending_the_history_continues_the_same_run(
+    client: openai.OpenAI, server: HttpServer
+) -> None:
+    """Codex's way: `store: false`, no previous_response_id, the whole conversation every turn."""
+    history: list[dict] = [{"role": "user", "content": TOOL_TASK}]
+    with client.responses.stream(model="conductor/sim", input=history, tools=[WEATHER_TOOL], store=False) as stream:  # type: ignore[arg-type,list-item]
+        kinds = [event.type for event in stream]
+        first = stream.get_final_response()
+    assert "response.function_call_arguments.done" in kinds and kinds[-1] == "response.completed"
+    call = next(item for item in first.output if item.type == "function_call")
+    history += [
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]
+    with client.responses.stream(model="conductor/sim", input=history, tools=[WEATHER_TOOL], store=False) as stream:  # type: ignore[arg-type,list-item]
+        second = stream.get_final_response()
+    assert first.metadata is not None and second.metadata == first.metadata
+    assert "Tool result: sunny" in second.output_text
+    bad = [*history[:-1], {"type": "function_call_output", "call_id": "call_0123456789abcdef_0_0", "output": "x"}]
+    with pytest.raises(openai.NotFoundError):  # a call id in this server's form, of no stored run
+        client.responses.create(model="conductor/sim", input=bad, tools=[WEATHER_TOOL])  # type: ignore[arg-type,list-item]
+
+
+def test_tool_calls_round_trip_through_chat_completions(client: openai.OpenAI, server: HttpServer) -> None:
+    tools = [{"type": "function", "function": {k: v for k, v in WEATHER_TOOL.items() if k != "type"}}]
+    messages: list[dict] = [{"role": "user", "content": TOOL_TASK}]
+    first = client.chat.completions.create(model="conductor/sim", messages=messages, tools=tools)  # type: ignore[arg-type]
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "snow"},
+    ]
+    not_asked = {"role": "tool", "tool_call_id": call.id[:-1] + "9", "content": "?"}
+    with pytest.raises(openai.BadRequestError) as missing:  # every call of the turn needs its output
+        client.chat.completions.create(model="conductor/sim", messages=[*messages[:-1], not_asked], tools=tools)  # type: ignore[arg-type]
+    chunks = list(client.chat.completions.create(model="conductor/sim", messages=messages, tools=tools, stream=True))  # type: ignore[arg-type]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Tool result: snow" in content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert (chunks[0].model_extra or {})["conductor_run_id"] == (first.model_extra or {})["conductor_run_id"]
+    assert "no tool output for call" in missing.value.message and missing.value.param == "messages"
+
+
+def test_a_tool_turn_continues_after_a_server_restart(tmp_path: Path) -> None:
+    env = {"CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": TOKEN, "CONDUCTOR_SIM_TIME_SCALE": "0"}
+    first_server = HttpServer(tmp_path, None, **env)
+    try:
+        sdk = openai.OpenAI(base_url=base_url(first_server), api_key=TOKEN, max_retries=0)
+        first = sdk.responses.create(model="conductor", input=TOOL_TASK, tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    finally:
+        first_server.stop()
+    call = next(item for item in first.output if item.type == "function_call")
+    server = HttpServer(tmp_path, None, **env)
+    try:
+        sdk = openai.OpenAI(base_url=base_url(server), api_key=TOKEN, max_retries=0)
+        second = sdk.responses.create(
+            model="conductor", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "fog"}],
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert "Tool result: fog" in second.output_text and second.metadata == first.metadata

@@ -7,7 +7,13 @@ import re
 import pytest
 
 from conductor_mcp.core.request import MAX_CONTEXT_CHARS
-from conductor_mcp.doors.openai_wire import chat_request, responses_request
+from conductor_mcp.doors.openai_wire import (
+    chat_request,
+    chat_tool_reply,
+    responses_request,
+    responses_tool_reply,
+    run_of_response,
+)
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
 
@@ -42,7 +48,7 @@ def test_chat_messages_and_limits() -> None:
         }
     )  # fmt: skip
     assert asked.task == "the task" and asked.context == "[system]\nsys"
-    assert asked.run_fields == {"budget": {"max_tokens": 900, "max_usd": 0.5}, "max_steps": 1}
+    assert asked.run_fields == {"budget": {"max_tokens": 900, "max_usd": 0.5}, "max_steps": 1, "tools": ()}
     high = chat_request({"model": "m", "reasoning_effort": "high", "messages": [{"role": "user", "content": "x"}]})
     assert high.run_fields["max_steps"] == 20 and "self_correct" not in high.run_fields
 
@@ -66,3 +72,38 @@ def test_chat_messages_and_limits() -> None:
 def test_bad_requests_name_the_field(body: dict, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=re.escape(message)):
         responses_request(body)
+
+
+OUR_CALL = "call_0123456789abcdef_2_0"
+
+
+def test_trailing_tool_outputs_answer_the_run_their_call_ids_name() -> None:
+    history = [
+        {"role": "user", "content": "fix the bug"},
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": OUR_CALL},
+        {"type": "function_call_output", "call_id": OUR_CALL, "output": "ok"},
+    ]
+    reply = responses_tool_reply({"model": "conductor", "input": history, "stream": True}, None)
+    assert reply is not None and reply.run_id == "0123456789abcdef" and reply.stream
+    assert [(r.call_id, r.output) for r in reply.results] == [(OUR_CALL, "ok")]
+    new_question = [*history, {"role": "user", "content": "now explain it"}]
+    assert responses_tool_reply({"model": "conductor", "input": new_question}, None) is None  # a new task
+    theirs = [history[0], {"type": "function_call_output", "call_id": "call_theirs", "output": "ok"}]
+    assert responses_tool_reply({"model": "conductor", "input": theirs}, None) is None  # not our call: history
+    by_id = responses_tool_reply({"model": "conductor", "input": theirs}, run_of_response("resp_00000000000000aa_3"))
+    assert by_id is not None and by_id.run_id == "00000000000000aa"
+
+
+def test_chat_tool_messages_after_the_last_user_message_are_a_tool_reply() -> None:
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": OUR_CALL, "type": "function",
+                                                               "function": {"name": "w", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": OUR_CALL, "content": [{"type": "text", "text": "rain"}]},
+    ]  # fmt: skip
+    reply = chat_tool_reply({"model": "conductor", "messages": messages})
+    assert reply is not None and reply.results[0].output == "rain" and reply.run_id == "0123456789abcdef"
+    assert chat_tool_reply({"model": "conductor", "messages": messages[:1]}) is None
+    with pytest.raises(RequestError, match="tools: must be a list"):
+        chat_request({"model": "conductor", "messages": messages[:1], "tools": {"type": "function"}})
