@@ -77,6 +77,17 @@ def sim_pool_doc(**overrides: Any) -> dict[str, Any]:
     return doc
 
 
+def slow_pool_doc(name: str, first_token_s: float) -> dict[str, Any]:
+    """A simulated pool whose workers take about `first_token_s` per call (time scale 1: unset
+    CONDUCTOR_SIM_TIME_SCALE, which the tests set to 0, in the process that runs it)."""
+    doc = sim_pool_doc(name=name)
+    doc["simulation"]["time_scale"] = 1.0
+    doc["simulation"]["conductors"]["conductor"].update(first_token_s=0.0, tokens_per_s=100_000)
+    for profile in doc["simulation"]["workers"].values():
+        profile.update(first_token_s=first_token_s, tokens_per_s=100_000)
+    return doc
+
+
 @pytest.fixture
 def pool_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "pools"

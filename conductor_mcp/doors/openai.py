@@ -159,10 +159,13 @@ class OpenAIDoor:
         lines = [opening_line(run)]
         run = await self._finish(run, lines)
         if not finished_ok(run):
-            return _failure(run)
+            return _failure(run, self.service.viewer_url(run.id))
         output = [reasoning_item(run, "\n".join(lines))] if lines else []
         output.append(message_item(run, run.answer or ""))
-        return _with_run_id(JSONResponse(response_object(run, asked.model, output, created)), run)
+        body = response_object(run, asked.model, output, created)
+        if viewer := self.service.viewer_url(run.id):
+            body["metadata"]["conductor_viewer_url"] = viewer
+        return _with_run_id(JSONResponse(body), run, viewer)
 
     async def chat(self, request: Request) -> Response:
         asked = chat_request(await _json_body(request))
@@ -171,8 +174,11 @@ class OpenAIDoor:
             return self._sse(run, ChatStream(run, asked.model, created))
         run = await self._finish(run, [])
         if not finished_ok(run):
-            return _failure(run)
-        return _with_run_id(JSONResponse(chat_object(run, asked.model, created)), run)
+            return _failure(run, self.service.viewer_url(run.id))
+        body = chat_object(run, asked.model, created)
+        if viewer := self.service.viewer_url(run.id):
+            body["conductor_viewer_url"] = viewer
+        return _with_run_id(JSONResponse(body), run, viewer)
 
     def _start(self, asked: Asked) -> Run:
         pool = self.pool_for(asked.model)
@@ -209,6 +215,8 @@ class OpenAIDoor:
             yield stream.finish(watcher.result())
 
         headers = {"cache-control": "no-cache", "x-accel-buffering": "no", "x-conductor-run-id": run.id}
+        if viewer := self.service.viewer_url(run.id):
+            headers["x-conductor-viewer-url"] = viewer
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
@@ -228,13 +236,16 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _failure(run: Run) -> Response:
+def _failure(run: Run, viewer: str | None) -> Response:
     status, error = run_error(run)
-    return _with_run_id(JSONResponse({"error": error}, status, headers=NO_RETRY), run)
+    return _with_run_id(JSONResponse({"error": error}, status, headers=NO_RETRY), run, viewer)
 
 
-def _with_run_id(response: Response, run: Run) -> Response:
+def _with_run_id(response: Response, run: Run, viewer: str | None) -> Response:
+    """The run id (and the viewer's page for it, when served) in headers, whatever the body."""
     response.headers["x-conductor-run-id"] = run.id
+    if viewer:
+        response.headers["x-conductor-viewer-url"] = viewer
     return response
 
 
