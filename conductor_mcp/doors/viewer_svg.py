@@ -77,7 +77,7 @@ def workflow_svg(run: Run, parent: str | None = None) -> str:
         for row, key in enumerate(keys):
             where[key] = (col * (NODE_W + GAP_X) + 4, row * (NODE_H + GAP_Y) + 4)
     width = (end_col + 1) * (NODE_W + GAP_X)
-    height = max(len(keys) for keys in columns.values()) * (NODE_H + GAP_Y)
+    height = max(len(keys) for keys in columns.values()) * (NODE_H + GAP_Y) - GAP_Y + 8
     edges = [(source, node.key) for node in nodes for source in (node.sources or ["task"]) if source in where]
     edges.append((last, "answer"))
     parts = [
