@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tests.conftest import (
     ask,
     orchestrate,
     scripted_pool,
+    server_env,
     sim_pool_doc,
     slow_pool_doc,
     write_pool,
@@ -165,3 +168,11 @@ async def test_results_carry_the_viewer_url_when_served(viewer_service: Service)
     assert viewer_service.viewer_url("abc") is None
     viewer_service.viewer_base = "http://127.0.0.1:8765/ui/"
     assert viewer_service.viewer_url("abc") == "http://127.0.0.1:8765/ui/runs/abc"
+
+
+def test_view_refuses_an_unknown_run_before_serving(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "conductor_mcp", "view", "no-such-run", "--no-browser"],
+        env=server_env(tmp_path / "state"), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no-such-run" in done.stderr and not done.stdout

@@ -5,6 +5,7 @@ that tries to run script (it must run nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -89,12 +90,22 @@ def test_a_finished_run_in_the_list_and_on_its_page(browser: Any, tmp_path: Path
         step = browser.find_element(By.ID, "step-1")
         assert not step.find_elements(By.CSS_SELECTOR, ".message-list")
         step.find_element(By.TAG_NAME, "summary").click()  # opening a step loads its exact messages
+
         messages = wait_for(lambda: step.find_elements(By.CSS_SELECTOR, ".message-list .message"), what="messages")
         assert "check the draft" in messages[-1].text and "Name three prime numbers." in step.text
         browser.find_element(By.CSS_SELECTOR, 'svg.graph a[href="#step-2"]').click()  # a node opens its step
         wait_for(lambda: browser.find_element(By.ID, "step-2").get_attribute("open"), what="step 2 opened")
+        assert asyncio.run(mcp_viewer_url(server)).startswith(f"{base_of(server)}/ui/runs/")
     finally:
         server.stop()
+
+
+async def mcp_viewer_url(server: HttpServer) -> str:
+    """The viewer's page of a run, as an MCP result carries it."""
+    async with server.client() as client:
+        result = await client.call_tool("orchestrate", {"task": "What is 6*7?", "pool": "three"})
+    assert result.structured_content is not None
+    return result.structured_content["viewer_url"]
 
 
 def test_a_recursive_run_shows_the_nested_workflow_inside_its_step(
