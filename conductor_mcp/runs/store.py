@@ -232,12 +232,13 @@ class Store:
         """Runs newest first, as small summaries (no steps), filtered by status, pool and parent run.
 
         Paged by keyset, not offset, so page 500 costs what page 1 does: `before` is the (created_at, id) of the
-        last row of the previous page. Each filter has an index that ends in (created_at, id).
+        last row of the previous page. The status and pool filters have indexes that end in (created_at, id); a
+        run's follow-ups are few, found by the parent index.
         """
         where: list[str] = []
         params: list[Any] = []
         for column, value in (("status", status), ("pool", pool), ("parent_id", parent_id)):
-            if value is not None:
+            if value:
                 where.append(f"{column} = ?")
                 params.append(value)
         if before is not None:
