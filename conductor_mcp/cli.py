@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import shlex
@@ -83,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allowed-host", action="append", default=[], help=_ALLOWED_HOST_HELP)
     serve.add_argument("--no-auth", action="store_true", help=_NO_AUTH_HELP)
 
+    view = sub.add_parser("view", help="serve the run viewer on loopback over the store (read only); print its URL")
+    view.add_argument("run_id", nargs="?", help="open this run's page (default: the run list)")
+    view.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
+    view.add_argument("--no-browser", action="store_true", help="print the URL only; do not open a browser")
+
     sub.add_parser("doctor", help="say which pools can run here, which is the default, and why")
     local_cmd = sub.add_parser("local", help="manage a resident server for the embedded local model")
     local_cmd.add_argument("action", choices=["up", "down", "status"])
@@ -138,16 +144,45 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.service import Service
 
     if args.http:
-        from conductor_mcp.doors.http import serve_http
+        from conductor_mcp.doors.http import base_url, serve_http
         from conductor_mcp.doors.mcp import build_server
+        from conductor_mcp.doors.viewer import ViewerAuth
 
         token = _http_token(args, settings)
-        service = Service(settings)
-        await serve_http(build_server(service), service, args.host, args.port, token, args.allowed_host)
+        service, viewer = Service(settings), ViewerAuth(token)
+        login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
+        _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
+        await serve_http(build_server(service), service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
         await serve_stdio(Service(settings))
+    return EXIT_OK
+
+
+async def _view(args: argparse.Namespace, settings: Settings) -> int:
+    """The viewer alone, on loopback, for hosts that run the server over stdio: a token made for this process
+    only, and a one-time login URL printed (and opened where a browser is available)."""
+    import secrets
+    import webbrowser
+    from urllib.parse import quote
+
+    from conductor_mcp.doors.http import base_url, serve_viewer
+    from conductor_mcp.doors.viewer import ViewerAuth
+    from conductor_mcp.models.local import free_port
+    from conductor_mcp.service import Service
+
+    service, token = Service(settings), secrets.token_urlsafe(32)
+    if args.run_id:
+        service.get_run(args.run_id)  # an unknown run fails here, before anything is served
+    viewer, port = ViewerAuth(token), args.port or free_port()
+    target = f"/ui/runs/{quote(args.run_id, safe='')}" if args.run_id else "/ui/"
+    url = f"{base_url('127.0.0.1', port)}/ui/login?code={viewer.mint()}&next={quote(target, safe='')}"
+    _say(f"conductor-mcp: run viewer (read only) at {url}\n  a one-time link; Ctrl-C stops the viewer", flush=True)
+    if not args.no_browser:
+        with contextlib.suppress(webbrowser.Error):
+            webbrowser.open(url)
+    await serve_viewer(service, "127.0.0.1", port, token, viewer)
     return EXIT_OK
 
 
@@ -343,6 +378,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return run_async(_run_or_plan(args, settings))
     if args.command == "serve":
         return run_async(_serve(args, settings))
+    if args.command == "view":
+        return run_async(_view(args, settings))
     if args.command == "show":
         return _show(args, settings)
     if args.command == "runs":

@@ -53,6 +53,11 @@ class Service:
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
         self._default_pool: str | None = None
+        self.viewer_base: str | None = None  # the run viewer's address, while an HTTP server serves one
+
+    def viewer_url(self, run_id: str) -> str | None:
+        """Where a person can watch a run in the viewer, when one is being served."""
+        return f"{self.viewer_base}runs/{run_id}" if self.viewer_base else None
 
     # -- pools ------------------------------------------------------------------------------------
     def default_pool_name(self) -> str:
@@ -371,10 +376,11 @@ class Service:
             return False
         return run.owner == self.lease.token or not self.lease.is_alive(run.owner)
 
-    def list_runs(self, limit: int = 20, status: str | None = None) -> list[dict[str, Any]]:
+    def list_runs(self, limit: int = 20, status: str | None = None, **filters: Any) -> list[dict[str, Any]]:
+        """Newest first; `filters` are the store's (pool, parent_id, before: a page's keyset cursor)."""
         if not 1 <= limit <= 1000:
             raise RequestError(f"limit: must be between 1 and 1000, got {limit}")
-        rows = self.store.list_runs(limit, status)
+        rows = self.store.list_runs(limit, status, **filters)
         for row in rows:
             if row["status"] == "running":
                 row["status"] = self.get_run(row["id"]).status

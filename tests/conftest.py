@@ -77,6 +77,17 @@ def sim_pool_doc(**overrides: Any) -> dict[str, Any]:
     return doc
 
 
+def slow_pool_doc(name: str, first_token_s: float) -> dict[str, Any]:
+    """A simulated pool whose workers take about `first_token_s` per call (time scale 1: unset
+    CONDUCTOR_SIM_TIME_SCALE, which the tests set to 0, in the process that runs it)."""
+    doc = sim_pool_doc(name=name)
+    doc["simulation"]["time_scale"] = 1.0
+    doc["simulation"]["conductors"]["conductor"].update(first_token_s=0.0, tokens_per_s=100_000)
+    for profile in doc["simulation"]["workers"].values():
+        profile.update(first_token_s=first_token_s, tokens_per_s=100_000)
+    return doc
+
+
 @pytest.fixture
 def pool_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "pools"
@@ -229,3 +240,36 @@ def processes_with(token: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+# ------------------------------------------------------------------------------ a real browser
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def headless_chromium(width: int = 1280, height: int = 900) -> Any:
+    """Debian's chromium driven by Selenium through the system chromedriver, headless (`--no-sandbox`: CI runs
+    as root). Skips the calling test when either is missing (.ci/run installs them)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service as DriverService
+    except ImportError:
+        pytest.skip("selenium is not installed (pip install -e '.[dev]')")
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 f"--window-size={width},{height}"):  # fmt: skip
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=DriverService(executable_path=CHROMEDRIVER))
+
+
+def viewer_login(driver: Any, base: str, token: str) -> None:
+    """Sign the browser in to a server's viewer with a one-time login URL minted with the bearer token."""
+    request = urllib.request.Request(
+        f"{base}/ui/login-codes", method="POST", headers={"authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        url = json.loads(response.read())["url"]
+    driver.get(base + url)

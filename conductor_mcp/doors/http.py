@@ -1,9 +1,11 @@
-"""The HTTP server: transport, auth and app assembly for the doors served over HTTP (MCP at /mcp, OpenAI at /v1).
+"""The HTTP server: transport, auth and app assembly for the doors served over HTTP (MCP at /mcp, OpenAI at /v1,
+the run viewer at /ui/).
 
 Private by default: every request needs `Authorization: Bearer <token>` (the scheme in any case, the token
 compared in constant time), from CONDUCTOR_HTTP_TOKEN or a random one kept 0600 in the state directory;
 serving without a token is an explicit choice, and only on loopback. DNS-rebinding protection accepts loopback
-Host headers, the ones the operator names and, bound to a wildcard address, the machine's own names.
+Host headers, the ones the operator names and, bound to a wildcard address, the machine's own names. Under /ui/
+a browser may instead show the viewer's session cookie (doors/viewer.py); elsewhere only the header counts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
 from conductor_mcp.doors.openai import error_body, openai_routes
+from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
 from conductor_mcp.logs import get_logger, register_secret
 from conductor_mcp.runs.private import open_private, private_dir, private_file
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 LOOPBACK_NAMES = {"localhost"}
+GRACEFUL_SHUTDOWN_S = 5  # open event streams (viewer pages, OpenAI streams) must not hold a stop forever
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
 
@@ -69,11 +73,13 @@ def stored_token(path: Path) -> tuple[str, bool]:
 
 class BearerTokenMiddleware:
     """Refuses HTTP requests without `Authorization: Bearer <token>`: the scheme in any case (RFC 7235), the
-    token compared in constant time."""
+    token compared in constant time. Viewer pages (/ui/) also accept the viewer's session cookie, and answer a
+    browser without either with a sign-in page."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str, viewer: ViewerAuth | None = None) -> None:
         self.app = app
         self.expected = token.encode()
+        self.viewer = viewer
 
     def _authorized(self, header: bytes) -> bool:
         scheme, _, credentials = header.partition(b" ")
@@ -82,7 +88,16 @@ class BearerTokenMiddleware:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
+            headers = dict(scope.get("headers") or [])
+            supplied = headers.get(b"authorization", b"")
+            path = scope.get("path", "")
+            if self.viewer is not None and (path == "/ui" or path.startswith("/ui/")):
+                cookie = headers.get(b"cookie", b"").decode("latin-1")
+                if is_open_path(path) or self._authorized(supplied) or self.viewer.cookie_matches(cookie):
+                    await self.app(scope, receive, send)
+                else:
+                    await login_page(path)(scope, receive, send)
+                return
             if not self._authorized(supplied):
                 message = "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN>"
                 body = json.dumps(error_body(message, "invalid_request_error", "invalid_api_key")).encode()
@@ -123,13 +138,8 @@ def machine_names() -> list[str]:
     return sorted({name.partition("%")[0] for name in names if name})  # no IPv6 zone ids in a Host header
 
 
-def http_app(
-    server: MCPServer, host: str, token: str | None, allowed_hosts: list[str], service: Service | None = None
-) -> Any:
-    """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth.
-
-    With `service`, the OpenAI-compatible door is mounted beside /mcp, behind the same Host check and token.
-    """
+def _security(host: str, token: str | None, allowed_hosts: list[str]) -> TransportSecuritySettings:
+    """The Host and Origin headers to accept (DNS-rebinding guard); refuses a public bind without a token."""
     if not is_loopback(host) and not token:
         raise RequestError(
             f"host: binding to {host!r} exposes the server beyond this machine; set CONDUCTOR_HTTP_TOKEN"
@@ -140,31 +150,86 @@ def http_app(
     elif not is_loopback(host):
         names.append(host)
     hosts = [pattern for name in names for pattern in host_patterns(name)]
-    security = TransportSecuritySettings(
+    return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=hosts,
         allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts],
     )
+
+
+def http_app(
+    server: MCPServer,
+    host: str,
+    token: str | None,
+    allowed_hosts: list[str],
+    service: Service | None = None,
+    viewer: ViewerAuth | None = None,
+) -> Any:
+    """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth.
+
+    With `service`, the OpenAI-compatible door and the run viewer are mounted beside /mcp, behind the same Host
+    check and token.
+    """
+    security = _security(host, token, allowed_hosts)
     app = server.streamable_http_app(transport_security=security, host=host)
+    viewer = viewer or ViewerAuth(token)
     if service is not None:
         guard = TransportSecurityMiddleware(security)
         app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request)))
-    return BearerTokenMiddleware(app, token) if token else app
+        app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
+    return BearerTokenMiddleware(app, token, viewer) if token else app
+
+
+def viewer_app(service: Service, host: str, token: str, viewer: ViewerAuth) -> Any:
+    """The run viewer alone (`conductor-mcp view`): read only, behind the Host check and its own token."""
+    from starlette.applications import Starlette
+
+    guard = TransportSecurityMiddleware(_security(host, token, []))
+    app = Starlette(routes=viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
+    return BearerTokenMiddleware(app, token, viewer)
+
+
+def base_url(host: str, port: int) -> str:
+    """The address a local browser or client uses for a server bound to `host`."""
+    host = "127.0.0.1" if host in WILDCARD_HOSTS else host
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 async def serve_http(
-    server: MCPServer, service: Service, host: str, port: int, token: str | None, allowed_hosts: list[str]
+    server: MCPServer,
+    service: Service,
+    host: str,
+    port: int,
+    token: str | None,
+    allowed_hosts: list[str],
+    viewer: ViewerAuth | None = None,
 ) -> None:
     """Serve the doors over HTTP until stopped; then close the service (its running runs become interrupted)."""
     import uvicorn
 
     if token:
         register_secret(token)  # masked in every log line, whatever logs it
-    app = http_app(server, host, token, allowed_hosts, service)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
+    app = http_app(server, host, token, allowed_hosts, service, viewer)
+    service.viewer_base = f"{base_url(host, port)}/ui/"
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )  # fmt: skip
     log.info("http_listening", url=f"http://{host}:{port}/mcp", openai=f"http://{host}:{port}/v1",
              auth="bearer" if token else "none")  # fmt: skip
     try:
         await uvicorn.Server(config).serve()
     finally:
         await service.close()
+
+
+async def serve_viewer(service: Service, host: str, port: int, token: str, viewer: ViewerAuth) -> None:
+    """`conductor-mcp view`: the viewer alone on loopback until stopped."""
+    import uvicorn
+
+    register_secret(token)
+    config = uvicorn.Config(
+        viewer_app(service, host, token, viewer), host=host, port=port, log_level="warning", access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )  # fmt: skip
+    await uvicorn.Server(config).serve()

@@ -153,7 +153,7 @@ async def collect(
     other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels it."""
     if not hand_over(run, detail):
         run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S, cancel_on_exit=cancel_on_exit)
-    return run_result(run, detail)
+    return run_result(run, detail, service.viewer_url(run.id))
 
 
 def build_server(service: Service) -> MCPServer:

@@ -181,12 +181,19 @@ class OpenAIDoor:
             return self._sse(run, wire(run, model, created))
         lines = [opening_line(run)]
         run = await self._finish(run, lines)
+        viewer = self.service.viewer_url(run.id)
         if not finished_ok(run):
-            return _failure(run)
+            return _failure(run, viewer)
         if wire is ChatStream:
-            return _with_run_id(JSONResponse(chat_object(run, model, created)), run)
+            body = chat_object(run, model, created)
+            if viewer:
+                body["conductor_viewer_url"] = viewer
+            return _with_run_id(JSONResponse(body), run, viewer)
         output = [reasoning_item(run, "\n".join(lines)), *answer_items(run)]
-        return _with_run_id(JSONResponse(response_object(run, model, output, created)), run)
+        body = response_object(run, model, output, created)
+        if viewer:
+            body["metadata"]["conductor_viewer_url"] = viewer
+        return _with_run_id(JSONResponse(body), run, viewer)
 
     def _go_on(self, reply: ToolReply) -> Run:
         """The client's tool results, given to the run's final worker as a new step of the same run."""
@@ -230,6 +237,8 @@ class OpenAIDoor:
             yield stream.finish(watcher.result())
 
         headers = {"cache-control": "no-cache", "x-accel-buffering": "no", "x-conductor-run-id": run.id}
+        if viewer := self.service.viewer_url(run.id):
+            headers["x-conductor-viewer-url"] = viewer
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
@@ -249,13 +258,16 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _failure(run: Run) -> Response:
+def _failure(run: Run, viewer: str | None) -> Response:
     status, error = run_error(run)
-    return _with_run_id(JSONResponse({"error": error}, status, headers=NO_RETRY), run)
+    return _with_run_id(JSONResponse({"error": error}, status, headers=NO_RETRY), run, viewer)
 
 
-def _with_run_id(response: Response, run: Run) -> Response:
+def _with_run_id(response: Response, run: Run, viewer: str | None) -> Response:
+    """The run id (and the viewer's page for it, when served) in headers, whatever the body."""
     response.headers["x-conductor-run-id"] = run.id
+    if viewer:
+        response.headers["x-conductor-viewer-url"] = viewer
     return response
 
 

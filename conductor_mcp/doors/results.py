@@ -68,6 +68,7 @@ class RunResult(BaseModel):
     repairs: list[str] = Field(default_factory=list, description="faults in the conductor's output that were fixed")
     steps: list[StepSummary]
     transcript_uri: str
+    viewer_url: str | None = Field(default=None, description="the run's page in the HTTP run viewer, when served")
 
 
 class PlannedStep(BaseModel):
@@ -163,7 +164,7 @@ def step_summary(run: Run, step: StepRecord, detail: Detail) -> StepSummary:
     )  # fmt: skip
 
 
-def run_result(run: Run, detail: Detail = "summary") -> CallToolResult:
+def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = None) -> CallToolResult:
     """The MCP result of a run. Structured content (all that some hosts show their model): the answer first, cut
     at ANSWER_LIMIT_CHARS, and a summary per step; each step is also a resource link to its full record. Text
     content: a markdown summary for hosts that show it. detail="full" puts whole outputs in, for callers that
@@ -178,8 +179,11 @@ def run_result(run: Run, detail: Detail = "summary") -> CallToolResult:
         reasoning=run.workflow.reasoning if run.workflow else None, fallback_reason=run.fallback_reason,
         repairs=[f"{r.fault} -> {r.action}" for r in run.repairs],
         steps=[step_summary(run, step, detail) for step in run.steps], transcript_uri=transcript,
+        viewer_url=viewer_url,
     )  # fmt: skip
     markdown = to_markdown(run, answer_limit=12_000)
+    if viewer_url:
+        markdown += f"\n**Viewer:** {viewer_url}\n"
     if run.status != "done":
         markdown += f"\n**Next:** {result.next_action}\n"
     if len(markdown) > MARKDOWN_LIMIT:

@@ -158,7 +158,7 @@ class TasksExtension(Extension):
             run = self.service.get_run(params.task_id)
         task = {"resultType": "complete", **self.task(run)}
         if task["status"] == "completed":
-            result = run_result(run, self.details.get(run.id, "summary"))
+            result = run_result(run, self.details.get(run.id, "summary"), self.service.viewer_url(run.id))
             wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             task["result"] = serialize_server_result("tools/call", ctx.protocol_version, wire)
         elif task["status"] == "failed":

@@ -39,6 +39,10 @@ CREATE TABLE IF NOT EXISTS runs (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
+CREATE INDEX IF NOT EXISTS runs_by_time_id ON runs (created_at, id);
+CREATE INDEX IF NOT EXISTS runs_by_status_time ON runs (status, created_at, id);
+CREATE INDEX IF NOT EXISTS runs_by_pool_time ON runs (pool, created_at, id);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id);
 CREATE TABLE IF NOT EXISTS steps (
     run_id TEXT NOT NULL REFERENCES runs (id),
     key TEXT NOT NULL,
@@ -98,6 +102,13 @@ _SAVE_STEP = (
     "INSERT INTO steps (run_id, key, seq, status, record, messages) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (run_id, key) DO UPDATE SET status = excluded.status, record = excluded.record, "
     "messages = COALESCE(excluded.messages, steps.messages)"
+)
+
+
+_LIST_KEYS: tuple[str, ...] = ("id", "created_at", "updated_at", "status", "parent_id", "pool", "task", "totals")
+_LIST_RUNS = (
+    "SELECT id, created_at, updated_at, status, parent_id, pool, task, json_extract(doc, '$.totals') AS totals "
+    "FROM runs"
 )
 
 
@@ -209,18 +220,38 @@ class Store:
             raise LookupError(f"run {run_id!r} has no step {key!r}")
         return json.loads(row[0]) if row[0] else None
 
-    def list_runs(self, limit: int = 20, status: str | None = None) -> list[dict[str, Any]]:
-        """Recent runs, newest first, as small summaries (no steps)."""
-        query = "SELECT id, created_at, updated_at, status, parent_id, pool, task FROM runs"
-        params: tuple[Any, ...] = ()
-        if status:
-            query += " WHERE status = ?"
-            params = (status,)
-        query += " ORDER BY created_at DESC LIMIT ?"
+    def list_runs(
+        self,
+        limit: int = 20,
+        status: str | None = None,
+        *,
+        pool: str | None = None,
+        parent_id: str | None = None,
+        before: tuple[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Runs newest first, as small summaries (no steps), filtered by status, pool and parent run.
+
+        Paged by keyset, not offset, so page 500 costs what page 1 does: `before` is the (created_at, id) of the
+        last row of the previous page. The status and pool filters have indexes that end in (created_at, id); a
+        run's follow-ups are few, found by the parent index.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("status", status), ("pool", pool), ("parent_id", parent_id)):
+            if value:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if before is not None:
+            where.append("(created_at, id) < (?, ?)")
+            params.extend(before)
+        query = _LIST_RUNS + (f" WHERE {' AND '.join(where)}" if where else "")
+        query += " ORDER BY created_at DESC, id DESC LIMIT ?"
         with self._guard():
             rows = self._db.execute(query, (*params, limit)).fetchall()
-        keys = ("id", "created_at", "updated_at", "status", "parent_id", "pool", "task")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        summaries = [dict(zip(_LIST_KEYS, row, strict=True)) for row in rows]
+        for summary in summaries:
+            summary["totals"] = json.loads(summary["totals"]) if summary["totals"] else None
+        return summaries
 
     def file_bytes(self) -> int:
         """The store's size on disk: the database and its write-ahead log."""

@@ -1,0 +1,287 @@
+"""The run viewer under /ui/: the run list, a page per run, its live updates, and how a browser signs in.
+
+A door like the others: it reads runs through the service (never writes one) and renders them. Live updates
+are server-sent events fed by the same progress events the MCP door reports; for a run executing in another
+process (`conductor-mcp view` beside a stdio server) the server watches the store instead, so the browser never
+polls. Sign-in: the bearer header, or an HttpOnly SameSite=Strict cookie set from a one-time login code (the
+code is single-use, expires, and is not the token) or from the token posted in a form body; the token never
+travels in a URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.doors import viewer_html as html
+from conductor_mcp.errors import RequestError, RunNotFound
+from conductor_mcp.pools import available_pools
+
+if TYPE_CHECKING:
+    from conductor_mcp.core.records import Run
+    from conductor_mcp.service import Service
+
+Guard = Callable[[Request], Awaitable[Response | None]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+STATIC_DIR = Path(__file__).with_name("static")
+STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+}
+COOKIE = "conductor_viewer"
+CODE_TTL_S = 300.0
+PAGE_SIZE = 50
+WATCH_INTERVAL_S = 0.5
+HEARTBEAT_S = 15.0
+
+
+class ViewerAuth:
+    """The viewer's session cookie and one-time login codes, derived from the server's bearer token."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+        digest = hmac.new(token.encode(), b"conductor-mcp viewer session", hashlib.sha256) if token else None
+        self.session = digest.hexdigest() if digest else None  # not the token: a cookie cannot call /mcp or /v1
+        self._codes: dict[str, float] = {}
+
+    def mint(self) -> str:
+        """A fresh single-use login code, valid for CODE_TTL_S seconds."""
+        now = time.monotonic()
+        self._codes = {code: until for code, until in self._codes.items() if until > now}
+        code = secrets.token_urlsafe(24)
+        self._codes[code] = now + CODE_TTL_S
+        return code
+
+    def redeem(self, code: str) -> bool:
+        until = self._codes.pop(code, None)
+        return until is not None and until > time.monotonic()
+
+    def token_matches(self, supplied: str) -> bool:
+        return self.token is not None and hmac.compare_digest(supplied.encode(), self.token.encode())
+
+    def cookie_matches(self, cookie_header: str) -> bool:
+        if self.session is None:
+            return False
+        for part in cookie_header.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE and hmac.compare_digest(value.encode(), self.session.encode()):
+                return True
+        return False
+
+    def signed_in(self, target: str) -> Response:
+        """Redirect to `target` (a viewer path only) with the session cookie set."""
+        response = RedirectResponse(target if _viewer_path(target) else "/ui/", status_code=303)
+        if self.session:
+            response.set_cookie(COOKIE, self.session, path="/ui/", httponly=True, samesite="strict")
+        return secured(response)
+
+
+def _viewer_path(target: str) -> bool:
+    return target.startswith("/ui/") and not target.startswith("//") and "\\" not in target
+
+
+def is_open_path(path: str) -> bool:
+    """Viewer paths that need no sign-in: the login itself and the package's static files."""
+    return path in ("/ui/login", "/ui") or path.startswith("/ui/static/")
+
+
+def secured(response: Response, cache: bool = False) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    response.headers["cache-control"] = "max-age=300" if cache else "no-store"
+    return response
+
+
+def login_page(next_path: str, status: int = 401) -> Response:
+    """What an unauthenticated browser sees: how to sign in (the token goes in a form body, never a URL)."""
+    target = next_path if _viewer_path(next_path) else "/ui/"
+    form = (
+        f'<form method="post" action="/ui/login"><input type="hidden" name="next" value="{html._e(target)}">'
+        '<label>token <input type="password" name="token" autocomplete="off"></label> '
+        '<button type="submit">sign in</button></form>'
+    )
+    text = (
+        "Sign in with the server's bearer token (CONDUCTOR_HTTP_TOKEN or the http-token file in the state "
+        "directory), or open a one-time login URL (printed by `conductor-mcp serve --http` and `view`)."
+    )
+    return secured(HTMLResponse(html.message_page("Sign in to the run viewer", text, form), status_code=status))
+
+
+def _sse(kind: str, doc: dict[str, Any]) -> str:
+    return f"event: {kind}\ndata: {json.dumps(doc)}\n\n"
+
+
+def event_doc(event: ProgressEvent) -> dict[str, Any]:
+    step = event.step
+    return {
+        "kind": event.kind, "message": event.message, "finished": event.finished_steps, "total": event.total_steps,
+        "step": step.key if step else None, "status": step.status if step else None,
+    }  # fmt: skip
+
+
+def _signature(run: Run) -> tuple[Any, ...]:
+    return run.status, run.updated_at, tuple((s.key, s.status) for s in run.steps)
+
+
+class Viewer:
+    """The viewer's routes over a service (read only)."""
+
+    def __init__(self, service: Service, auth: ViewerAuth, guard: Guard | None = None) -> None:
+        self.service = service
+        self.auth = auth
+        self.guard = guard
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/ui", lambda _: RedirectResponse("/ui/", status_code=308)),
+            Route("/ui/", self._guarded(self.runs)),
+            Route("/ui/runs/{run_id}", self._guarded(self.run)),
+            Route("/ui/runs/{run_id}/events", self._guarded(self.events)),
+            Route("/ui/runs/{run_id}/steps/{key}/messages", self._guarded(self.messages)),
+            Route("/ui/login", self._guarded(self.login), methods=["GET", "POST"]),
+            Route("/ui/login-codes", self._guarded(self.login_code), methods=["POST"]),
+            Route("/ui/static/{name}", self._guarded(self.static)),
+        ]
+
+    def _guarded(self, handler: Handler) -> Handler:
+        """The Host/Origin check (DNS rebinding) first; bad input and unknown runs as plain pages."""
+
+        async def endpoint(request: Request) -> Response:
+            if self.guard is not None and (refused := await self.guard(request)) is not None:
+                return secured(refused)
+            try:
+                return await handler(request)
+            except RunNotFound as exc:
+                return secured(HTMLResponse(html.message_page("Not found", str(exc)), status_code=404))
+            except (RequestError, LookupError, ValueError) as exc:
+                return secured(HTMLResponse(html.message_page("Bad request", str(exc)), status_code=400))
+
+        return endpoint
+
+    async def runs(self, request: Request) -> Response:
+        """The run list: newest first, filtered by status and pool, PAGE_SIZE rows a page (keyset paging)."""
+        query = request.query_params
+        filters = {k: query[k] for k in ("status", "pool", "before") if query.get(k)}
+        if filters.get("status") and filters["status"] not in html.STATUSES:
+            raise RequestError(f"status: must be one of {', '.join(html.STATUSES)}, got {filters['status']!r}")
+        before = None
+        if "before" in filters:
+            created, sep, run_id = filters["before"].partition("~")
+            if not sep:
+                raise RequestError("before: must be CREATED_AT~RUN_ID, as the 'older' link gives it")
+            before = (created, run_id)
+        rows = self.service.list_runs(PAGE_SIZE + 1, filters.get("status"), pool=filters.get("pool"), before=before)
+        older = f"{rows[PAGE_SIZE - 1]['created_at']}~{rows[PAGE_SIZE - 1]['id']}" if len(rows) > PAGE_SIZE else None
+        pools = sorted(available_pools(list(self.service.settings.pool_dirs)))
+        return secured(HTMLResponse(html.list_page(rows[:PAGE_SIZE], filters, pools, older)))
+
+    async def run(self, request: Request) -> Response:
+        """A run's page, or (?part=body) just the part the live script swaps in."""
+        run = self.service.get_run(request.path_params["run_id"])
+        children = self.service.list_runs(PAGE_SIZE, parent_id=run.id)
+        if request.query_params.get("part") == "body":
+            return secured(HTMLResponse(html.run_body(run, children)))
+        return secured(HTMLResponse(html.run_page(run, children)))
+
+    async def messages(self, request: Request) -> Response:
+        """The exact messages a step's model received, as kept in the store."""
+        run_id, key = request.path_params["run_id"], request.path_params["key"]
+        self.service.get_run(run_id)  # an unknown run is a 404, not a bad request
+        messages = self.service.store.step_messages(run_id, key)
+        if request.query_params.get("part"):
+            return secured(HTMLResponse(html.messages_fragment(messages)))
+        return secured(HTMLResponse(html.messages_page(run_id, key, messages)))
+
+    async def events(self, request: Request) -> Response:
+        """Server-sent events while the run executes: 'progress' on each change, 'end' when it stops."""
+        run_id = request.path_params["run_id"]
+        self.service.get_run(run_id)
+        headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
+        response = StreamingResponse(self._events(run_id), media_type="text/event-stream", headers=headers)
+        return secured(response)
+
+    async def _events(self, run_id: str) -> AsyncIterator[str]:
+        yield _sse("progress", {"kind": "subscribed"})  # the page refreshes once: nothing before this is missed
+        if run_id in self.service.active:
+            async for doc in self._relay(run_id):
+                yield _sse("progress", doc)
+        else:
+            async for doc in self._watch_store(run_id):
+                yield _sse("progress", doc)
+        yield _sse("end", {"status": self.service.get_run(run_id).status})
+
+    async def _relay(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The progress events of a run executing in this process, as the MCP door gets them."""
+        queue: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
+        waiter = asyncio.ensure_future(self.service.wait(run_id, None, queue.put, heartbeat_s=HEARTBEAT_S))
+        waiter.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event_doc(event)
+        finally:
+            waiter.cancel()  # the browser left: stop waiting (the run goes on)
+
+    async def _watch_store(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
+        """A run executing in another process: the server reads the store and reports each change."""
+        seen = None
+        quiet_since = time.monotonic()
+        while True:
+            run = self.service.get_run(run_id)
+            signature = _signature(run)
+            if signature != seen:
+                seen, quiet_since = signature, time.monotonic()
+                yield {"kind": "changed", "message": f"run {run.status}", "status": run.status}
+            elif time.monotonic() - quiet_since > HEARTBEAT_S:
+                quiet_since = time.monotonic()
+                yield {"kind": "heartbeat"}
+            if run.status != "running":
+                return
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    async def login(self, request: Request) -> Response:
+        """GET with a one-time code, or POST the token in a form body: either sets the session cookie."""
+        if self.auth.token is None:
+            return self.auth.signed_in(request.query_params.get("next", "/ui/"))
+        if request.method == "GET":
+            if self.auth.redeem(request.query_params.get("code", "")):
+                return self.auth.signed_in(request.query_params.get("next", "/ui/"))
+            return login_page("/ui/", status=403)
+        form = await request.form()
+        target = str(form.get("next") or "/ui/")
+        if self.auth.token_matches(str(form.get("token") or "")):
+            return self.auth.signed_in(target)
+        return login_page(target, status=403)
+
+    async def login_code(self, request: Request) -> Response:
+        """A one-time login URL for a browser, minted for a client that holds the token."""
+        return secured(JSONResponse({"url": f"/ui/login?code={self.auth.mint()}", "expires_in_s": CODE_TTL_S}))
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        path = STATIC_DIR / name
+        if Path(name).name != name or path.suffix not in STATIC_TYPES or not path.is_file():
+            return secured(Response("not found", status_code=404, media_type="text/plain"))
+        return secured(Response(path.read_bytes(), media_type=STATIC_TYPES[path.suffix]), cache=True)
+
+
+def viewer_routes(service: Service, auth: ViewerAuth, guard: Guard | None = None) -> list[Route]:
+    return Viewer(service, auth, guard).routes()
