@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
     task_poll_ms: int = Field(default=2000, ge=50, description="pollIntervalMs a Tasks client is asked to keep")
     sim_time_scale: float | None = Field(default=None, ge=0, description="overrides every sim pool's time_scale")
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql://... : keep runs in PostgreSQL, shared by several server replicas; unset: SQLite "
+        "in state_dir",
+        repr=False,
+    )
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
 
     @field_validator("pool_path", "roots", mode="before")
@@ -70,10 +76,17 @@ class Settings(BaseSettings):
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
 
-    @field_validator("pool", "http_token", mode="before")
+    @field_validator("pool", "http_token", "database_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return value or None
+
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL (unset it to keep runs in SQLite under the state dir)")
+        return value
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

@@ -25,7 +25,7 @@ from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool
 from conductor_mcp.runs.active import ActiveRuns
-from conductor_mcp.runs.leases import Lease
+from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.store import Store
 
 log = get_logger(__name__)
@@ -39,11 +39,12 @@ def new_run_id() -> str:
 class Service:
     def __init__(self, settings: Settings | None = None, store: Store | None = None) -> None:
         self.settings = settings or Settings.from_env()
-        self.store = store or Store(self.settings.db_path)
-        self.lease = Lease(self.settings.state_dir)
+        self.store = store or open_store(self.settings)
+        self.lease = open_lease(self.settings.state_dir, self.store)
+        self.bus = open_progress_bus(self.store)  # replicas sharing PostgreSQL: progress of runs executing elsewhere
         self.providers = Providers(self.settings)
         self.conductor = Conductor(self.providers)
-        self.active = ActiveRuns()
+        self.active = ActiveRuns(self.bus.publish if self.bus else None)
         self.server_budget = ServerBudget(
             max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
         )
@@ -165,7 +166,8 @@ class Service:
     def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
         """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).
 
-        - running here: the same run, to collect;
+        - running here: the same run, to collect; running on another replica (PostgreSQL): that run, which
+          `wait` follows through the replicas' progress notifications;
         - planned: its stored plan starts;
         - interrupted, failed or cancelled: it resumes; finished steps are kept and not called again;
         - with feedback (any run not running): a follow-up run (see `_follow_up`) that links to its parent.
@@ -178,7 +180,9 @@ class Service:
         self._flush_unsaved(run_id)
         run = self.reconcile(run_id)
         if run.status == "running":
-            raise RequestError(f"run_id: run {run_id} is running in another server process")
+            if self.bus is None or feedback is not None:
+                raise RequestError(f"run_id: run {run_id} is running in another server process")
+            return run
         if feedback is not None:
             return self._follow_up(run, feedback)
         if run.status == "done":
@@ -276,7 +280,9 @@ class Service:
         `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
         """
         if run_id not in self.active:
-            return self.get_run(run_id)
+            if self.bus is None:
+                return self.get_run(run_id)
+            return await self.bus.wait(run_id, lambda: self.get_run(run_id), timeout_s, on_event, heartbeat_s)
         return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit)
 
     async def cancel(self, run_id: str) -> None:
@@ -287,6 +293,8 @@ class Service:
         self._closing = True
         for run_id in self.active.ids():
             await self.active.cancel(run_id)
+        if self.bus is not None:
+            await self.bus.close()
         self.lease.close()
 
     def _launch(self, run: Run, pool: Pool) -> None:
