@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from conductor_mcp.errors import SettingsError
 
 PACKAGE_DIR = Path(__file__).parent
+_URL_PASSWORD = re.compile(r"(://[^:/@]+):[^@]*@")
 _SECRET_NAME = re.compile(r"(API_KEY|_TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
 
@@ -98,7 +99,8 @@ class Settings(BaseSettings):
             return cls(**{k: v for k, v in overrides.items() if v is not None})
         except ValidationError as exc:
             problems = [
-                f"CONDUCTOR_{str(e['loc'][0]).upper()}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()
+                f"CONDUCTOR_{str(e['loc'][0]).upper()}: {e['msg']} (got {_shown(e.get('input'))!r})"
+                for e in exc.errors()
             ]
             raise SettingsError("; ".join(problems)) from None
 
@@ -124,6 +126,16 @@ class Settings(BaseSettings):
     def with_pool_dirs_first(self, *directories: Path) -> Settings:
         """These settings with more pool directories searched first (tests, embedding applications)."""
         return self.model_copy(update={"pool_path": (*directories, *self.pool_path)})
+
+
+def masked_url(url: str) -> str:
+    """A URL fit for a message or a log: its password replaced."""
+    return _URL_PASSWORD.sub(r"\1:***@", url)
+
+
+def _shown(value: Any) -> Any:
+    """A rejected value as an error may show it: a URL's password masked."""
+    return masked_url(value) if isinstance(value, str) else value
 
 
 def environment_value(name: str) -> str | None:

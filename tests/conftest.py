@@ -3,6 +3,7 @@ conductors, a real unreliable OpenAI-compatible server, and one-line requests.""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import secrets
@@ -233,6 +234,12 @@ def processes_with(token: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def worker_calls(call_log: Path) -> collections.Counter[str]:
+    """How often the simulator answered each exact message list (by digest), the conductor's calls left out."""
+    entries = [json.loads(line) for line in call_log.read_text().splitlines()]
+    return collections.Counter(e["digest"] for e in entries if e["model"] != "scripted-conductor")
 
 
 # ------------------------------------------------------------------------------ PostgreSQL

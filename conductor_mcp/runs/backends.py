@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conductor_mcp.config import Settings
+from conductor_mcp.config import Settings, masked_url
 from conductor_mcp.errors import ConductorError
 from conductor_mcp.runs.leases import FileLease, Lease
-from conductor_mcp.runs.store import Store, StoreInfo, masked_url
+from conductor_mcp.runs.store import Store, StoreInfo
 
 if TYPE_CHECKING:
     from conductor_mcp.runs.postgres_live import ProgressBus

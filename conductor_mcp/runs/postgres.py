@@ -16,6 +16,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from conductor_mcp.config import masked_url
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
 from conductor_mcp.logs import redact
@@ -26,7 +27,6 @@ from conductor_mcp.runs.store import (
     Store,
     StoreStats,
     build_run,
-    masked_url,
     run_row,
     step_row,
 )

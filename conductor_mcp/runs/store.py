@@ -17,7 +17,6 @@ replicas) never both take the same run. Every backend failure leaves as a StoreE
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,11 +76,6 @@ def build_run(doc: str, records: list[str]) -> Run:
     run = Run.model_validate_json(doc)
     run.steps = [StepRecord.model_validate_json(r) for r in records]
     return run
-
-
-def masked_url(url: str) -> str:
-    """A database URL fit for a message or a log: the password replaced."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 class Store(ABC):
