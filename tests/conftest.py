@@ -201,12 +201,12 @@ class HttpServer:
                 time.sleep(0.1)
         raise TimeoutError("HTTP server did not start")
 
-    def client(self) -> Client:
+    def client(self, timeout_s: float = 5.0) -> Client:
         """An MCP client that sends the token the server keeps in its state directory."""
         import httpx2
 
         token = self.token_file.read_text().strip()
-        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
+        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=timeout_s)
         return Client(streamable_http_client(self.url, http_client=http_client))
 
     def stderr(self) -> str:
