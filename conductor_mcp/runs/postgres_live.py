@@ -3,6 +3,9 @@
 - AdvisoryLease: each replica takes a session-level advisory lock on a connection of its own and never
   releases it; its runs record the lock's key in their token. When the replica dies, however it dies, its
   connection closes, PostgreSQL frees the lock, and every replica reads its `running` runs as interrupted.
+  A replica whose lease connection breaks while it lives can no longer show that it owns its runs (others
+  may already read them as interrupted and resume them), so it stops at once, as a crash would, and writes
+  nothing more: its runs are resumed elsewhere instead of running twice. Its supervisor restarts it.
 - ProgressBus: a replica executing a run sends each progress event with NOTIFY; a replica whose client waits
   for that run LISTENs on one connection and hands the events to its waiters. The waiter reloads the run from
   the store when it finishes (or when the owner's lease is gone: a dead replica sends nothing more).
@@ -15,6 +18,8 @@ import contextlib
 import json
 import os
 import secrets
+import select
+import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 
@@ -32,6 +37,7 @@ log = get_logger(__name__)
 
 CHANNEL = "conductor_progress"
 MAX_MESSAGE_CHARS = 2000  # NOTIFY payloads stop at 8000 bytes; an event's message is a line
+LEASE_LOST_EXIT = 70  # EX_SOFTWARE: the replica stopped because it lost its lease
 OWNER_CHECK_S = 2.0  # how often a remote waiter checks that the run's owner still holds its lease
 _HELD = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
@@ -49,12 +55,31 @@ class AdvisoryLease(Lease):
         self.token = f"pg-{os.getpid()}-{self.key:x}"
         check_reachable(store.url)
         self._conn = psycopg.connect(
-            store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="conductor-mcp lease"
-        )
+            store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=f"conductor-mcp lease {os.getpid()}", keepalives=1, keepalives_idle=10,
+            keepalives_interval=5, keepalives_count=3,
+        )  # fmt: skip
         self._conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+        self._closed = False
+        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
 
     def close(self) -> None:
+        self._closed = True
         self._conn.close()  # the session ends and the lock with it
+
+    def _watch(self) -> None:
+        """Stop the process if the lease's session ends (the server went away, or terminated it)."""
+        fd = self._conn.fileno()
+        while not self._closed:
+            try:
+                readable, _, _ = select.select([fd], [], [], 5.0)
+                if readable and not self._closed:  # an idle session hears from the server only when it ends
+                    self._conn.execute("SELECT 1")  # a notice would pass here; a closed session raises
+            except (psycopg.Error, OSError, ValueError) as exc:
+                if self._closed:
+                    return
+                log.critical("lease_lost", token=self.token, error=str(exc), exit_code=LEASE_LOST_EXIT)
+                os._exit(LEASE_LOST_EXIT)  # nothing more is written: another replica may own these runs now
 
     def is_alive(self, token: str | None) -> bool:
         if token is None:
