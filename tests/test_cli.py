@@ -158,3 +158,14 @@ def test_runs_prune_deletes_old_runs_and_doctor_reports_the_store(tmp_path: Path
     assert [row["id"] for row in SqliteStore(tmp_path / "runs.sqlite3").list_runs()] == ["run-2"]  # never a running run
     refused = cli(*state, "runs", "prune", "--older-than", "0", "--status", "running")
     assert refused.returncode == 2 and "invalid choice" in refused.stderr
+
+
+def test_doctor_reports_a_postgresql_store_and_an_unreachable_one(tmp_path: Path, postgres_url: str) -> None:
+    doctor = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": postgres_url})
+    assert doctor.returncode == 0, doctor.stderr
+    assert f"run store: postgresql at {postgres_url}" in doctor.stdout
+    assert "reachable, schema version 2" in doctor.stdout and "no runs" in doctor.stdout
+    down_url = "postgresql://me:hunter2secret@127.0.0.1:1/nowhere"
+    down = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": down_url})
+    assert down.returncode == 2 and "NOT USABLE" in down.stdout and "cannot be reached" in down.stdout
+    assert "hunter2secret" not in down.stdout + down.stderr and "me:***@127.0.0.1:1/nowhere" in down.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conductor_mcp.config import Settings, masked_url
-from conductor_mcp.errors import ConductorError
+from conductor_mcp.errors import ConductorError, StoreError
 from conductor_mcp.runs.leases import FileLease, Lease
 from conductor_mcp.runs.store import Store, StoreInfo
 
@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 def open_store(settings: Settings) -> Store:
     """The store the settings name: PostgreSQL when CONDUCTOR_DATABASE_URL is set, else SQLite in the state dir."""
     if settings.database_url:
-        from conductor_mcp.runs.postgres import PostgresStore
-
+        try:
+            from conductor_mcp.runs.postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreError(
+                f"CONDUCTOR_DATABASE_URL is set but {exc.name} is not installed: pip install 'conductor-mcp[postgres]'"
+            ) from None
         return PostgresStore(settings.database_url)
     from conductor_mcp.runs.sqlite import SqliteStore
 
