@@ -280,8 +280,9 @@ class Service:
         `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
         """
         if run_id not in self.active:
-            if self.bus is None:
-                return self.get_run(run_id)
+            run = self.get_run(run_id)
+            if self.bus is None or run.status != "running":
+                return run
             return await self.bus.wait(run_id, lambda: self.get_run(run_id), timeout_s, on_event, heartbeat_s)
         return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -53,11 +54,6 @@ def test_database_url_must_be_postgresql() -> None:
     assert "hunter2secret" not in str(caught.value)
 
 
-def _replica(tmp_path: Path, name: str, url: str, pool_dir: Path) -> Service:
-    settings = Settings.from_env(state_dir=tmp_path / name, database_url=url, sim_time_scale=1.0)
-    return Service(settings.with_pool_dirs_first(pool_dir))
-
-
 @pytest.fixture
 def slow_pool(pool_dir: Path) -> Path:
     latency = {"first_token_s": 0.3, "tokens_per_s": 1e6, "output_tokens": 5}
@@ -65,10 +61,25 @@ def slow_pool(pool_dir: Path) -> Path:
     return pool_dir
 
 
+@pytest.fixture
+def replica(tmp_path: Path, postgres_url: str, slow_pool: Path) -> Iterator[Callable[[str], Service]]:
+    """Makes replicas (Services with connections of their own) and closes them all, whatever the test did."""
+    made: list[Service] = []
+
+    def make(name: str) -> Service:
+        settings = Settings.from_env(state_dir=tmp_path / name, database_url=postgres_url, sim_time_scale=1.0)
+        made.append(Service(settings.with_pool_dirs_first(slow_pool)))
+        return made[-1]
+
+    yield make
+    for service in made:
+        service.lease.close()  # before the cluster stops: a lease that is lost while held stops the process
+
+
 async def test_a_run_on_one_replica_is_collected_on_another_with_its_progress(
-    tmp_path: Path, postgres_url: str, slow_pool: Path
+    replica: Callable[[str], Service],
 ) -> None:
-    a, b = _replica(tmp_path, "a", postgres_url, slow_pool), _replica(tmp_path, "b", postgres_url, slow_pool)
+    a, b = replica("a"), replica("b")
     run = a.start(ask("prove it", pool="testpool", max_steps=3))
     assert b.get_run(run.id).status == "running"  # A holds its lease
     seen: list[ProgressEvent] = []
@@ -87,10 +98,9 @@ async def test_a_run_on_one_replica_is_collected_on_another_with_its_progress(
 
 
 async def test_a_dead_replicas_run_reads_interrupted_everywhere_and_one_replica_claims_it(
-    tmp_path: Path, postgres_url: str, slow_pool: Path
+    replica: Callable[[str], Service],
 ) -> None:
-    a = _replica(tmp_path, "a", postgres_url, slow_pool)
-    b, c = _replica(tmp_path, "b", postgres_url, slow_pool), _replica(tmp_path, "c", postgres_url, slow_pool)
+    a, b, c = replica("a"), replica("b"), replica("c")
     planned = await b.plan(ask("prove it", pool="testpool", max_steps=3))
 
     def taken_by_a(run: Run) -> list[int]:
