@@ -255,6 +255,7 @@ def _as_postgres(args: list[str]) -> list[str]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """A throwaway PostgreSQL cluster (Debian's `postgresql` package) on a loopback port; yields its base URL."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
     pg_ctls = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not pg_ctls:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")

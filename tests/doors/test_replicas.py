@@ -8,8 +8,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+import psycopg
 
 from tests.conftest import HttpServer, scripted_pool, worker_calls
 

@@ -7,8 +7,10 @@ import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+import psycopg
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressEvent
@@ -91,8 +93,10 @@ async def test_a_run_on_one_replica_is_collected_on_another_with_its_progress(
     assert collected.status == "done" and collected.steps and all(s.status == "done" for s in collected.steps)
     kinds = [e.kind for e in seen]
     assert "step_finished" in kinds and kinds[-1] == "run_finished", kinds
+    again = a.start(ask("again", pool="testpool"))
     with pytest.raises(RequestError, match="running in another server process"):
-        b.continue_run(a.start(ask("again", pool="testpool")).id, feedback="more")
+        b.continue_run(again.id, feedback="more")  # feedback waits until the run ends
+    assert (await a.wait(again.id, 60)).status == "done"
     await a.close()
     await b.close()
 
