@@ -257,18 +257,18 @@ def _prune(args: argparse.Namespace, settings: Settings) -> int:
     """Retention: nothing removes runs on its own, so old ones are deleted here, by age and status."""
     import datetime as dt
 
-    from conductor_mcp.runs.store import Store
+    from conductor_mcp.runs.backends import open_store
 
     if args.older_than < 0:
         raise ValueError(f"--older-than: must be 0 or more days, got {args.older_than}")
     cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=args.older_than)
-    store = Store(settings.db_path)
+    store = open_store(settings)
     pruned = store.prune(cutoff.isoformat(timespec="milliseconds"), args.status, args.dry_run)
     store.close()
     verb = "would delete" if args.dry_run else "deleted"
-    _say(f"{verb} {pruned.runs} runs ({_mib(pruned.data_bytes)} of run data) from {settings.db_path}")
+    _say(f"{verb} {pruned.runs} runs ({_mib(pruned.data_bytes)} of run data) from {store.location}")
     if not args.dry_run and pruned.runs:
-        _say(f"store file: {_mib(pruned.file_bytes_before)} -> {_mib(pruned.file_bytes_after)} (vacuumed)")
+        _say(f"store size: {_mib(pruned.size_before)} -> {_mib(pruned.size_after)} (vacuumed)")
     return EXIT_OK
 
 
@@ -318,18 +318,18 @@ def _doctor(settings: Settings) -> int:
 
 
 def _doctor_store(settings: Settings) -> int:
-    """The run store's size and contents; a store that cannot be read is reported, not a traceback."""
-    from conductor_mcp.runs.store import Store
+    """The run store's backend, reachability, schema version, size and contents; a store that cannot be opened
+    is reported, not a traceback."""
+    from conductor_mcp.runs.backends import store_info
 
-    try:
-        store = Store(settings.db_path)
-        stats = store.stats()
-        store.close()
-    except ConductorError as exc:
-        _say(f"run store: NOT USABLE: {exc}")
+    info = store_info(settings)
+    _say(f"run store: {info.backend} at {info.location}")
+    stats = info.stats
+    if stats is None:
+        _say(f"{'':<12} NOT USABLE: {info.problem}")
         return EXIT_BAD_INPUT
     counts = ", ".join(f"{n} {status}" for status, n in stats.runs_by_status.items()) or "no runs"
-    _say(f"run store: {stats.path} ({_mib(stats.file_bytes)}): {counts}")
+    _say(f"{'':<12} reachable, schema version {stats.schema_version}, {_mib(stats.size_bytes)}: {counts}")
     if stats.oldest:
         _say(f"{'':<12} oldest run created {stats.oldest[:19]}; `runs prune --older-than DAYS` deletes old runs")
     return EXIT_OK

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from conductor_mcp.errors import SettingsError
 
 PACKAGE_DIR = Path(__file__).parent
+_URL_PASSWORD = re.compile(r"(://[^:/@]+):[^@]*@")
 _SECRET_NAME = re.compile(r"(API_KEY|_TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
 
@@ -56,6 +57,12 @@ class Settings(BaseSettings):
     retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
     task_poll_ms: int = Field(default=2000, ge=50, description="pollIntervalMs a Tasks client is asked to keep")
     sim_time_scale: float | None = Field(default=None, ge=0, description="overrides every sim pool's time_scale")
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql://... : keep runs in PostgreSQL, shared by several server replicas; unset: SQLite "
+        "in state_dir",
+        repr=False,
+    )
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
 
     @field_validator("pool_path", "roots", mode="before")
@@ -70,10 +77,17 @@ class Settings(BaseSettings):
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
 
-    @field_validator("pool", "http_token", mode="before")
+    @field_validator("pool", "http_token", "database_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return value or None
+
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL (unset it to keep runs in SQLite under the state dir)")
+        return value
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -85,7 +99,8 @@ class Settings(BaseSettings):
             return cls(**{k: v for k, v in overrides.items() if v is not None})
         except ValidationError as exc:
             problems = [
-                f"CONDUCTOR_{str(e['loc'][0]).upper()}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()
+                f"CONDUCTOR_{str(e['loc'][0]).upper()}: {e['msg']} (got {_shown(e.get('input'))!r})"
+                for e in exc.errors()
             ]
             raise SettingsError("; ".join(problems)) from None
 
@@ -111,6 +126,16 @@ class Settings(BaseSettings):
     def with_pool_dirs_first(self, *directories: Path) -> Settings:
         """These settings with more pool directories searched first (tests, embedding applications)."""
         return self.model_copy(update={"pool_path": (*directories, *self.pool_path)})
+
+
+def masked_url(url: str) -> str:
+    """A URL fit for a message or a log: its password replaced."""
+    return _URL_PASSWORD.sub(r"\1:***@", url)
+
+
+def _shown(value: Any) -> Any:
+    """A rejected value as an error may show it: a URL's password masked."""
+    return masked_url(value) if isinstance(value, str) else value
 
 
 def environment_value(name: str) -> str | None:

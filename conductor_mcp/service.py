@@ -27,7 +27,7 @@ from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool
 from conductor_mcp.runs.active import ActiveRuns
-from conductor_mcp.runs.leases import Lease
+from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.store import Store
 
 log = get_logger(__name__)
@@ -41,11 +41,12 @@ def new_run_id() -> str:
 class Service:
     def __init__(self, settings: Settings | None = None, store: Store | None = None) -> None:
         self.settings = settings or Settings.from_env()
-        self.store = store or Store(self.settings.db_path)
-        self.lease = Lease(self.settings.state_dir)
+        self.store = store or open_store(self.settings)
+        self.lease = open_lease(self.settings.state_dir, self.store)
+        self.bus = open_progress_bus(self.store)  # replicas sharing PostgreSQL: progress of runs executing elsewhere
         self.providers = Providers(self.settings)
         self.conductor = Conductor(self.providers)
-        self.active = ActiveRuns()
+        self.active = ActiveRuns(self.bus.publish if self.bus else None)
         self.server_budget = ServerBudget(
             max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
         )
@@ -162,7 +163,8 @@ class Service:
     def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
         """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).
 
-        - running here: the same run, to collect;
+        - running here: the same run, to collect; running on another replica (PostgreSQL): that run, which
+          `wait` follows through the replicas' progress notifications;
         - planned: its stored plan starts;
         - interrupted, failed or cancelled: it resumes; finished steps are kept and not called again;
         - with feedback (any run not running): a follow-up run (see `_follow_up`) that links to its parent.
@@ -175,7 +177,9 @@ class Service:
         self._flush_unsaved(run_id)
         run = self.reconcile(run_id)
         if run.status == "running":
-            raise RequestError(f"run_id: run {run_id} is running in another server process")
+            if self.bus is None or feedback is not None:
+                raise RequestError(f"run_id: run {run_id} is running in another server process")
+            return run
         if feedback is not None:
             return self._follow_up(run, feedback)
         if run.status == "done":
@@ -285,7 +289,10 @@ class Service:
         `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
         """
         if run_id not in self.active:
-            return self.get_run(run_id)
+            run = self.get_run(run_id)
+            if self.bus is None or run.status != "running":
+                return run
+            return await self.bus.wait(run_id, lambda: self.get_run(run_id), timeout_s, on_event, heartbeat_s)
         return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit)
 
     async def cancel(self, run_id: str) -> None:
@@ -296,6 +303,8 @@ class Service:
         self._closing = True
         for run_id in self.active.ids():
             await self.active.cancel(run_id)
+        if self.bus is not None:
+            await self.bus.close()
         self.lease.close()
 
     def _launch(self, run: Run, pool: Pool) -> None:
@@ -356,7 +365,7 @@ class Service:
             return active
         run = self.store.load_run(run_id)
         if self._orphaned(run):
-            _mark_interrupted(run)
+            run.mark_interrupted()
         return run
 
     def reconcile(self, run_id: str) -> Run:
@@ -366,7 +375,7 @@ class Service:
         left alone."""
         run = self.store.load_run(run_id)
         if self._orphaned(run):
-            run = self.store.update(run_id, lambda fresh: _mark_interrupted(fresh) if self._orphaned(fresh) else None)
+            run = self.store.update(run_id, lambda fresh: fresh.mark_interrupted() if self._orphaned(fresh) else None)
         return run
 
     def _orphaned(self, run: Run) -> bool:
@@ -385,12 +394,3 @@ class Service:
             if row["status"] == "running":
                 row["status"] = self.get_run(row["id"]).status
         return rows
-
-
-def _mark_interrupted(run: Run) -> list[int]:
-    """Mark an orphaned run interrupted and its running steps cancelled; returns those steps' positions."""
-    run.status, run.error = "interrupted", "the process running it stopped; continue_workflow resumes it"
-    changed = [position for position, step in enumerate(run.steps) if step.status == "running"]
-    for position in changed:
-        run.steps[position].status, run.steps[position].error = "cancelled", "interrupted"
-    return changed

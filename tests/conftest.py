@@ -3,14 +3,19 @@ conductors, a real unreliable OpenAI-compatible server, and one-line requests.""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,12 +212,12 @@ class HttpServer:
                 time.sleep(0.1)
         raise TimeoutError("HTTP server did not start")
 
-    def client(self) -> Client:
+    def client(self, timeout_s: float = 5.0) -> Client:
         """An MCP client that sends the token the server keeps in its state directory."""
         import httpx2
 
         token = self.token_file.read_text().strip()
-        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
+        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=timeout_s)
         return Client(streamable_http_client(self.url, http_client=http_client))
 
     def stderr(self) -> str:
@@ -273,3 +278,55 @@ def viewer_login(driver: Any, base: str, token: str) -> None:
     with urllib.request.urlopen(request, timeout=10) as response:
         url = json.loads(response.read())["url"]
     driver.get(base + url)
+
+
+def worker_calls(call_log: Path) -> collections.Counter[str]:
+    """How often the simulator answered each exact message list (by digest), the conductor's calls left out."""
+    entries = [json.loads(line) for line in call_log.read_text().splitlines()]
+    return collections.Counter(e["digest"] for e in entries if e["model"] != "scripted-conductor")
+
+
+# ------------------------------------------------------------------------------ PostgreSQL
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run its tools as the `postgres` account."""
+    if os.getuid() != 0:
+        return args
+    return ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in args)]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster (Debian's `postgresql` package) on a loopback port; yields its base URL."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+    pg_ctls = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if not pg_ctls:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
+    bindir = pg_ctls[-1].parent
+    base = Path(tempfile.mkdtemp(prefix="conductor-pg-"))
+    if os.getuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+    data, port = base / "data", free_port()
+    subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                                 "-E", "UTF8", "--no-sync"]), check=True, capture_output=True)  # fmt: skip
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
+    start = [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o", options, "start"]
+    subprocess.run(_as_postgres(start), check=True, capture_output=True)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}"
+    finally:
+        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True)  # fmt: skip
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A new, empty database on the session's cluster, for one test."""
+    import psycopg
+
+    name = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+    return f"{postgres_server}/{name}"

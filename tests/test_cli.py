@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conductor_mcp.core.records import Run, StepRecord
-from conductor_mcp.runs.store import Store
+from conductor_mcp.runs.sqlite import SqliteStore
 
 pytestmark = [pytest.mark.slow]
 
@@ -112,7 +112,7 @@ def test_failed_run_exits_1(tmp_path: Path) -> None:
 
 def _stored_runs(state: Path, *statuses: str) -> None:
     """Runs written straight to the store (no CLI process, no model call), each with a sizeable step."""
-    store = Store(state / "runs.sqlite3")
+    store = SqliteStore(state / "runs.sqlite3")
     for n, status in enumerate(statuses):
         run = Run(id=f"run-{n}", task="t", pool="sim", pool_digest="d", conductor_model="m", max_steps=1)
         run.status = status  # type: ignore[assignment]
@@ -135,7 +135,8 @@ def test_a_corrupt_store_is_one_line_and_exit_2_for_every_command(tmp_path: Path
         assert result.stdout == ""
     doctor = cli("--state-dir", str(tmp_path), "doctor")
     assert doctor.returncode == 2 and "Traceback" not in doctor.stderr
-    assert "run store: NOT USABLE" in doctor.stdout and "move it aside" in doctor.stdout
+    assert f"run store: sqlite at {store}" in doctor.stdout
+    assert "NOT USABLE" in doctor.stdout and "move it aside" in doctor.stdout
     store.rename(tmp_path / "runs.sqlite3.corrupt")
     listing = cli("--state-dir", str(tmp_path), "runs")
     assert listing.returncode == 0 and listing.stdout.strip() == "no runs yet"
@@ -145,12 +146,26 @@ def test_runs_prune_deletes_old_runs_and_doctor_reports_the_store(tmp_path: Path
     state = ["--state-dir", str(tmp_path)]
     _stored_runs(tmp_path, "done", "failed", "running")
     doctor = cli(*state, "doctor")
-    assert f"run store: {tmp_path / 'runs.sqlite3'}" in doctor.stdout and "oldest run created" in doctor.stdout
+    assert (
+        f"run store: sqlite at {tmp_path / 'runs.sqlite3'}" in doctor.stdout and "oldest run created" in doctor.stdout
+    )
+    assert "reachable, schema version 2" in doctor.stdout
     assert "1 done, 1 failed, 1 running" in doctor.stdout
     dry = cli(*state, "runs", "prune", "--older-than", "0", "--status", "done", "--dry-run")
     assert dry.returncode == 0 and dry.stdout.startswith("would delete 1 runs (0.10 MiB of run data)"), dry.stderr
     pruned = cli(*state, "runs", "prune", "--older-than", "0")
     assert pruned.returncode == 0 and pruned.stdout.startswith("deleted 2 runs") and "vacuumed" in pruned.stdout
-    assert [row["id"] for row in Store(tmp_path / "runs.sqlite3").list_runs()] == ["run-2"]  # never a running run
+    assert [row["id"] for row in SqliteStore(tmp_path / "runs.sqlite3").list_runs()] == ["run-2"]  # never a running run
     refused = cli(*state, "runs", "prune", "--older-than", "0", "--status", "running")
     assert refused.returncode == 2 and "invalid choice" in refused.stderr
+
+
+def test_doctor_reports_a_postgresql_store_and_an_unreachable_one(tmp_path: Path, postgres_url: str) -> None:
+    doctor = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": postgres_url})
+    assert doctor.returncode == 0, doctor.stderr
+    assert f"run store: postgresql at {postgres_url}" in doctor.stdout
+    assert "reachable, schema version 2" in doctor.stdout and "no runs" in doctor.stdout
+    down_url = "postgresql://me:hunter2secret@127.0.0.1:1/nowhere"
+    down = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": down_url})
+    assert down.returncode == 2 and "NOT USABLE" in down.stdout and "cannot be reached" in down.stdout
+    assert "hunter2secret" not in down.stdout + down.stderr and "me:***@127.0.0.1:1/nowhere" in down.stdout

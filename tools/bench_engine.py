@@ -35,7 +35,7 @@ from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.executor import Executor
 from conductor_mcp.models import providers
 from conductor_mcp.models.sim import SimCall
-from conductor_mcp.runs.store import Store
+from conductor_mcp.runs.sqlite import SqliteStore
 
 FAN_LATENCIES = [0.20, 0.30, 0.40, 0.50]
 AGGREGATOR_LATENCY = 0.20
@@ -77,7 +77,9 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
     )
 
 
-async def per_step(pool: Any, store: Store, models: providers.Providers, steps: int) -> tuple[float, float, float]:
+async def per_step(
+    pool: Any, store: SqliteStore, models: providers.Providers, steps: int
+) -> tuple[float, float, float]:
     """ms per call: direct litellm, Providers.complete, executor step; all on identical messages."""
     chain = Workflow(
         steps=[
@@ -105,7 +107,7 @@ async def per_step(pool: Any, store: Store, models: providers.Providers, steps: 
     return direct_ms, provider_ms, executor_ms
 
 
-async def fan_out(pool: Any, store: Store, models: providers.Providers) -> tuple[float, float, float]:
+async def fan_out(pool: Any, store: SqliteStore, models: providers.Providers) -> tuple[float, float, float]:
     """Wall time of the fan-out workflow, its critical path and its sequential time (from step latencies)."""
     steps = [Step(worker=f"branch{i}", instruction=f"Solve attempt {i}.", access=[]) for i in range(4)]
     steps.append(Step(worker="agg", instruction="Aggregate.", access=[0, 1, 2, 3]))
@@ -124,7 +126,7 @@ async def main() -> int:
     args = parser.parse_args()
     pool = bench_pool()
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "bench.sqlite3")
+        store = SqliteStore(Path(tmp) / "bench.sqlite3")
         models = providers.Providers(Settings.from_env(state_dir=Path(tmp), sim_time_scale=1.0))
         await per_step(pool, store, models, 20)  # warm-up: imports, litellm caches, SQLite pages
         rows = [await per_step(pool, store, models, args.steps) for _ in range(args.reps)]

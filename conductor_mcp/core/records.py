@@ -156,6 +156,15 @@ class Run(BaseModel):
             budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
         )  # fmt: skip
 
+    def mark_interrupted(self) -> list[int]:
+        """Record that the process running this run died: the run interrupted, its running steps cancelled.
+        Returns those steps' positions (for Store.update)."""
+        self.status, self.error = "interrupted", "the process running it stopped; continue_workflow resumes it"
+        changed = [position for position, step in enumerate(self.steps) if step.status == "running"]
+        for position in changed:
+            self.steps[position].status, self.steps[position].error = "cancelled", "interrupted"
+        return changed
+
     def inherited_origin(self, step: StepRecord) -> str:
         """The run that paid for a step: its own origin if it was taken over from further back, else this run."""
         return step.inherited_from or self.id

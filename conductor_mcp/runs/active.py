@@ -21,7 +21,8 @@ CANCEL_GRACE_S = 10.0
 class ActiveRuns:
     """Run id -> (the run, its task), and each run's listeners."""
 
-    def __init__(self) -> None:
+    def __init__(self, publish: Callable[[ProgressEvent], None] | None = None) -> None:
+        self._publish = publish  # tells other replicas (PostgreSQL's NOTIFY) of each event of a run here
         self._runs: dict[str, tuple[Run, asyncio.Task[Run]]] = {}
         self._listeners: dict[str, list[ProgressCallback]] = defaultdict(list)
 
@@ -41,6 +42,8 @@ class ActiveRuns:
         async def relay(event: ProgressEvent) -> None:
             for listener in list(self._listeners.get(run.id, ())):
                 await listener(event)
+            if self._publish is not None:
+                self._publish(event)
 
         task = asyncio.get_running_loop().create_task(_as_coroutine(execute(relay)), name=f"run-{run.id}")
         self._runs[run.id] = (run, task)
@@ -110,9 +113,7 @@ class ActiveRuns:
         if getter.done() and not getter.cancelled():  # it got an event as the wait timed out
             await emit(on_event, getter.result())
         if not done and heartbeat:
-            finished = sum(1 for s in run.steps if s.status == "done")
-            message = f"still running: {finished}/{len(run.steps)} steps done"
-            await emit(on_event, ProgressEvent("heartbeat", run.id, message, None, finished, len(run.steps)))
+            await emit(on_event, heartbeat_event(run))
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run executing here and wait (shielded) until its cancellation is recorded."""
@@ -122,6 +123,13 @@ class ActiveRuns:
         entry[1].cancel()
         with anyio.CancelScope(shield=True):
             await asyncio.wait({entry[1]}, timeout=CANCEL_GRACE_S)
+
+
+def heartbeat_event(run: Run) -> ProgressEvent:
+    """What a waiter hears when a run has been quiet for a while: it goes on, with this many steps done."""
+    finished = sum(1 for s in run.steps if s.status == "done")
+    message = f"still running: {finished}/{len(run.steps)} steps done"
+    return ProgressEvent("heartbeat", run.id, message, None, finished, len(run.steps))
 
 
 async def _as_coroutine(awaitable: Awaitable[Run]) -> Run:

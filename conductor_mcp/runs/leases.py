@@ -1,10 +1,14 @@
 """Which runs still have a live process working on them.
 
-Every service instance holds an exclusive lock on a lease file of its own under the state directory for as
-long as it lives; the runs it executes record the lease's token. The operating system releases the lock when
-the process dies, however it dies (SIGKILL included), so a `running` run whose lease can be locked by someone
-else was interrupted. Unlike a pid check, this is immune to pid reuse and works across processes sharing a
-state directory.
+A lease is held by each service instance for as long as it lives; the runs it executes record the lease's
+token, and a `running` run whose lease is no longer held was interrupted. With the SQLite store the lease is a
+file lock (below); with PostgreSQL it is a session-level advisory lock (runs/postgres_live.py), which frees
+when the replica's connection closes, so the run reads as interrupted on every replica.
+
+With a file lock, every service instance holds an exclusive lock on a lease file of its own under the state
+directory. The operating system releases the lock when the process dies, however it dies (SIGKILL included),
+so a `running` run whose lease can be locked by someone else was interrupted. Unlike a pid check, this is
+immune to pid reuse and works across processes sharing a state directory.
 """
 
 from __future__ import annotations
@@ -13,13 +17,27 @@ import contextlib
 import fcntl
 import os
 import secrets
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from conductor_mcp.runs.private import open_private, private_dir
 
 
-class Lease:
-    """This process's lease: created and locked on construction, released on close or process death."""
+class Lease(ABC):
+    """This process's lease: taken on construction, released on close or process death."""
+
+    token: str
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def is_alive(self, token: str | None) -> bool:
+        """Whether the process holding `token` is still running (ours always is)."""
+
+
+class FileLease(Lease):
+    """An exclusive lock on a lease file of this process's own under the state directory."""
 
     def __init__(self, state_dir: Path) -> None:
         private_dir(state_dir)
@@ -35,7 +53,6 @@ class Lease:
             self._file.close()
 
     def is_alive(self, token: str | None) -> bool:
-        """Whether the process holding `token` is still running (ours always is)."""
         if token is None:
             return False
         if token == self.token:

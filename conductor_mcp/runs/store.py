@@ -1,86 +1,61 @@
-"""Runs on disk: SQLite in WAL mode, one row per run and one per step, each step committed as it ends.
+"""The run store's interface, shared by its two backends (runs/backends.py chooses one).
 
-The standard library's sqlite3 is used synchronously on purpose: a WAL commit of one small row takes tens of
-microseconds, far less than a thread hop to an async wrapper, and a synchronous write cannot be interrupted
-half-way by task cancellation, so a finished step is on disk before anything else happens. WAL with
-synchronous=NORMAL survives a killed process (only a power loss can drop the last commits), and the busy
-timeout lets several server processes share one state directory.
+SQLite (runs/sqlite.py) is the embedded default: one file under the state directory. PostgreSQL
+(runs/postgres.py) is for several server replicas sharing runs, chosen by `CONDUCTOR_DATABASE_URL`.
 
-Every SQLite failure leaves here as a StoreError that names the file and what to do (a full disk, a corrupt
-file, a read-only directory), never as a raw traceback. A change that depends on what is stored (claiming a run
-to resume it, marking an orphan interrupted) reads and writes in one `BEGIN IMMEDIATE` transaction (`update`),
-so two processes never both take the same run.
+The interface is synchronous on purpose, for both backends. A write of one small row takes tens of microseconds
+in SQLite and a fraction of a millisecond to a PostgreSQL on the same network, about the price of a hop to a
+worker thread, and a synchronous write cannot be interrupted half-way by task cancellation: a finished step is
+stored before anything else happens, with no shielding at each call site. It also keeps `Service.start`,
+`continue_run` and `get_run` (called from every door and the CLI) plain functions.
+
+A change that depends on what is stored (claiming a run to resume it, marking an orphan interrupted) goes
+through `update`, which reads and writes in one transaction no other writer can enter, so two processes (or two
+replicas) never both take the same run. Every backend failure leaves as a StoreError that says what to do.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
-import threading
-from collections.abc import Callable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
-from conductor_mcp.core.records import Run, StepRecord, now
-from conductor_mcp.errors import RunNotFound, StoreError
-from conductor_mcp.runs.private import private_dir, private_file
+from conductor_mcp.core.records import Run, StepRecord
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    status TEXT NOT NULL,
-    parent_id TEXT,
-    pool TEXT NOT NULL,
-    task TEXT NOT NULL,
-    doc TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
-CREATE INDEX IF NOT EXISTS runs_by_time_id ON runs (created_at, id);
-CREATE INDEX IF NOT EXISTS runs_by_status_time ON runs (status, created_at, id);
-CREATE INDEX IF NOT EXISTS runs_by_pool_time ON runs (pool, created_at, id);
-CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id);
-CREATE TABLE IF NOT EXISTS steps (
-    run_id TEXT NOT NULL REFERENCES runs (id),
-    key TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    record TEXT NOT NULL,
-    messages TEXT,
-    PRIMARY KEY (run_id, key)
-);
-"""
-
-
-def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:
-    """What went wrong with the store file, in words, and what the user can do about it."""
-    name = getattr(exc, "sqlite_errorname", "")
-    resume = f", then continue_workflow {run_id} resumes the run (finished steps are kept)" if run_id else ""
-    if name == "SQLITE_FULL":
-        return f"run store {path}: {exc}: free disk space{resume}"
-    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or type(exc) is sqlite3.DatabaseError:
-        return (
-            f"run store {path} is corrupt ({exc}): move it aside (mv {path} {path}.corrupt, with any -wal and "
-            "-shm files beside it); a new, empty store is created at the next start and nothing else is lost"
-        )
-    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
-        return (
-            f"run store {path} cannot be written ({exc}): check the permissions of the file and its directory{resume}"
-        )
-    return f"run store {path}: {exc}{resume}"
+# The schema each backend migrates a store to; a store written by a newer version is refused, not guessed at.
+SCHEMA_VERSION = 2
+RUN_SUMMARY_KEYS: tuple[LiteralString, ...] = (
+    "id",
+    "created_at",
+    "updated_at",
+    "status",
+    "parent_id",
+    "pool",
+    "task",
+    "totals",
+)
+# Migration 2 of both backends: run lists filtered by status, pool or parent, paged by (created_at, id). Each index
+# ends in (created_at, id), so a page deep in the store costs what the first one does.
+LIST_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS runs_by_time_id ON runs (created_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_status_time ON runs (status, created_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_pool_time ON runs (pool, created_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id)",
+)
 
 
 @dataclass
 class StoreStats:
     """The store's size and contents, for `doctor`."""
 
-    path: Path
-    file_bytes: int
+    location: str
+    size_bytes: int
     runs_by_status: dict[str, int]
     oldest: str | None
+    backend: str = "sqlite"
+    schema_version: int = SCHEMA_VERSION
 
 
 @dataclass
@@ -89,137 +64,71 @@ class Pruned:
 
     runs: int
     data_bytes: int
-    file_bytes_before: int
-    file_bytes_after: int
+    size_before: int
+    size_after: int
 
 
-_SAVE_RUN = (
-    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-    "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
-)
-_SAVE_STEP = (
-    "INSERT INTO steps (run_id, key, seq, status, record, messages) VALUES (?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (run_id, key) DO UPDATE SET status = excluded.status, record = excluded.record, "
-    "messages = COALESCE(excluded.messages, steps.messages)"
-)
+@dataclass
+class StoreInfo:
+    """What `doctor` says about a store: which backend, where, whether it answers, at which schema version."""
+
+    backend: str
+    location: str
+    stats: StoreStats | None  # None: it cannot be opened, for the reason in `problem`
+    problem: str | None = None
 
 
-_LIST_KEYS: tuple[str, ...] = ("id", "created_at", "updated_at", "status", "parent_id", "pool", "task", "totals")
-_LIST_RUNS = (
-    "SELECT id, created_at, updated_at, status, parent_id, pool, task, json_extract(doc, '$.totals') AS totals "
-    "FROM runs"
-)
-
-
-def _run_row(run: Run) -> tuple[Any, ...]:
+def run_row(run: Run) -> tuple[Any, ...]:
+    """A run's header as the `runs` row both backends store (the steps go in rows of their own)."""
     doc = run.model_dump_json(exclude={"steps"})
     return (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task, doc)
 
 
-def _step_row(run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+def step_row(run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> tuple[Any, ...]:
     encoded = json.dumps(messages) if messages is not None else None
     return (run_id, record.key, seq, record.status, record.model_dump_json(), encoded)
 
 
-class Store:
+def build_run(doc: str, records: list[str]) -> Run:
+    run = Run.model_validate_json(doc)
+    run.steps = [StepRecord.model_validate_json(r) for r in records]
+    return run
+
+
+class Store(ABC):
     """Persistence of runs and steps. Safe to share between tasks of one process and across processes."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        private_dir(path.parent)
-        private_file(path)  # SQLite gives its -wal and -shm files the database file's mode
-        self._lock = threading.Lock()
-        try:
-            self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreError(_advice(path, exc, None)) from None
-        try:
-            with self._guard():
-                self._db.execute("PRAGMA journal_mode=WAL")
-                for companion in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-                    if companion.exists():  # made by an older version, or before the database file was private
-                        private_file(companion)
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.execute("PRAGMA busy_timeout=30000")
-                self._db.executescript(_SCHEMA)
-                self._db.execute("SELECT COUNT(*) FROM runs").fetchone()  # a corrupt file fails here, not later
-        except StoreError:
-            self._db.close()
-            raise
+    backend: str
+    location: str  # a file path or a URL without its password: what messages name
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+    @abstractmethod
+    def close(self) -> None: ...
 
-    @contextlib.contextmanager
-    def _guard(self, run_id: str | None = None) -> Iterator[None]:
-        """Hold the connection; turn any SQLite failure into a StoreError that says what to do."""
-        with self._lock:
-            try:
-                yield
-            except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._db.execute("ROLLBACK")
-                raise StoreError(_advice(self.path, exc, run_id)) from None
-
-    def _write(self, sql: str, params: tuple[Any, ...], run_id: str) -> None:
-        with self._guard(run_id):
-            self._db.execute(sql, params)
-
+    @abstractmethod
     def save_run(self, run: Run) -> None:
-        """Upsert the run's header (everything but its steps, which are saved one by one)."""
-        run.updated_at = now()
-        self._write(_SAVE_RUN, _run_row(run), run.id)
+        """Upsert the run's header (everything but its steps, which are saved one by one); sets `updated_at`."""
 
+    @abstractmethod
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         """Upsert one step; the messages are written once and kept when a later save omits them."""
-        self._write(_SAVE_STEP, _step_row(run_id, seq, record, messages), run_id)
 
+    @abstractmethod
     def update(self, run_id: str, change: Callable[[Run], list[int] | None]) -> Run:
         """Read the run and write back what `change` did to it, in one transaction no other writer can enter.
 
         `change` mutates the run it is given and returns the positions of the steps it changed (the header is
         saved too), or None to write nothing. This is the compare-and-swap that claims a run for one process.
         """
-        with self._guard(run_id):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                run = self._load(run_id)
-                changed = change(run)
-                if changed is not None:
-                    run.updated_at = now()
-                    self._db.execute(_SAVE_RUN, _run_row(run))
-                    for position in changed:
-                        self._db.execute(_SAVE_STEP, _step_row(run_id, position, run.steps[position], None))
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-        return run
 
+    @abstractmethod
     def load_run(self, run_id: str) -> Run:
-        with self._guard():
-            return self._load(run_id)
+        """The run with its steps; RunNotFound when no run has that id."""
 
-    def _load(self, run_id: str) -> Run:
-        row = self._db.execute("SELECT doc FROM runs WHERE id = ?", (run_id,)).fetchone()
-        steps = self._db.execute("SELECT record FROM steps WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
-        if row is None:
-            raise RunNotFound(run_id)
-        run = Run.model_validate_json(row[0])
-        run.steps = [StepRecord.model_validate_json(r[0]) for r in steps]
-        return run
-
+    @abstractmethod
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
-        with self._guard():
-            row = self._db.execute("SELECT messages FROM steps WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
-        if row is None:
-            raise LookupError(f"run {run_id!r} has no step {key!r}")
-        return json.loads(row[0]) if row[0] else None
+        """The exact messages a step's model received; LookupError when the run has no such step."""
 
+    @abstractmethod
     def list_runs(
         self,
         limit: int = 20,
@@ -229,68 +138,48 @@ class Store:
         parent_id: str | None = None,
         before: tuple[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Runs newest first, as small summaries (no steps), filtered by status, pool and parent run.
+        """Runs newest first, as small summaries (RUN_SUMMARY_KEYS, no steps), filtered by status, pool and
+        parent run (an empty filter: none). Paged by keyset, not offset: `before` is the (created_at, id) of the
+        last row of the previous page. See `list_query`."""
 
-        Paged by keyset, not offset, so page 500 costs what page 1 does: `before` is the (created_at, id) of the
-        last row of the previous page. The status and pool filters have indexes that end in (created_at, id); a
-        run's follow-ups are few, found by the parent index.
-        """
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (("status", status), ("pool", pool), ("parent_id", parent_id)):
-            if value:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if before is not None:
-            where.append("(created_at, id) < (?, ?)")
-            params.extend(before)
-        query = _LIST_RUNS + (f" WHERE {' AND '.join(where)}" if where else "")
-        query += " ORDER BY created_at DESC, id DESC LIMIT ?"
-        with self._guard():
-            rows = self._db.execute(query, (*params, limit)).fetchall()
-        summaries = [dict(zip(_LIST_KEYS, row, strict=True)) for row in rows]
-        for summary in summaries:
-            summary["totals"] = json.loads(summary["totals"]) if summary["totals"] else None
-        return summaries
+    @abstractmethod
+    def stats(self) -> StoreStats: ...
 
-    def file_bytes(self) -> int:
-        """The store's size on disk: the database and its write-ahead log."""
-        files = (self.path, self.path.with_name(self.path.name + "-wal"))
-        return sum(f.stat().st_size for f in files if f.exists())
-
-    def stats(self) -> StoreStats:
-        with self._guard():
-            counts = self._db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status").fetchall()
-            oldest = self._db.execute("SELECT MIN(created_at) FROM runs").fetchone()[0]
-        return StoreStats(self.path, self.file_bytes(), dict(counts), oldest)
-
+    @abstractmethod
     def prune(self, updated_before: str, statuses: list[str] | None, dry_run: bool) -> Pruned:
-        """Delete runs (and their steps) last updated before the cutoff, never a running one; then VACUUM.
+        """Delete runs (and their steps) last updated before the cutoff, never a running one; give space back.
 
         A follow-up run keeps its own copies of the steps it inherited, so pruning a parent loses nothing of
         its children.
         """
-        where = "updated_at < ? AND status != 'running'"
-        params: tuple[Any, ...] = (updated_before,)
-        if statuses:
-            where += f" AND status IN ({', '.join('?' for _ in statuses)})"
-            params += tuple(statuses)
-        chosen = f"SELECT id FROM runs WHERE {where}"
-        before = self.file_bytes()
-        with self._guard():
-            runs, run_bytes = self._db.execute(
-                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(doc) + LENGTH(task)), 0) FROM runs WHERE {where}", params
-            ).fetchone()
-            step_bytes = self._db.execute(
-                "SELECT COALESCE(SUM(LENGTH(record) + COALESCE(LENGTH(messages), 0)), 0) FROM steps "
-                f"WHERE run_id IN ({chosen})",
-                params,
-            ).fetchone()[0]
-            if not dry_run and runs:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute(f"DELETE FROM steps WHERE run_id IN ({chosen})", params)
-                self._db.execute(f"DELETE FROM runs WHERE {where}", params)
-                self._db.execute("COMMIT")
-                self._db.execute("VACUUM")  # give the space back to the file system
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return Pruned(runs, run_bytes + step_bytes, before, self.file_bytes())
+
+
+def list_query(
+    totals: LiteralString,
+    mark: LiteralString,
+    limit: int,
+    *,
+    status: str | None,
+    pool: str | None,
+    parent_id: str | None,
+    before: tuple[str, str] | None,
+) -> tuple[LiteralString, tuple[Any, ...]]:
+    """The run-list query both backends run (see `Store.list_runs`): `totals` is the backend's expression for
+    the totals JSON text, `mark` its parameter placeholder."""
+    filters: list[tuple[LiteralString, str | None]] = [("status", status), ("pool", pool), ("parent_id", parent_id)]
+    where: list[LiteralString] = [f"{column} = {mark}" for column, value in filters if value]
+    params: list[Any] = [value for _, value in filters if value]
+    if before is not None:
+        where.append(f"(created_at, id) < ({mark}, {mark})")
+        params.extend(before)
+    columns = ", ".join([*RUN_SUMMARY_KEYS[:-1], f"{totals} AS totals"])
+    query = f"SELECT {columns} FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    return query + f" ORDER BY created_at DESC, id DESC LIMIT {mark}", (*params, limit)
+
+
+def run_summaries(rows: list[Any]) -> list[dict[str, Any]]:
+    """Rows of `list_query` as dicts, the totals parsed (None for a run stored before it had any)."""
+    summaries: list[dict[str, Any]] = [dict(zip(RUN_SUMMARY_KEYS, row, strict=True)) for row in rows]
+    for summary in summaries:
+        summary["totals"] = json.loads(summary["totals"]) if summary["totals"] else None
+    return summaries

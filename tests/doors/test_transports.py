@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import random
 import stat
@@ -24,7 +23,16 @@ from conductor_mcp.config import Settings
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
 from conductor_mcp.service import Service
-from tests.conftest import INITIALIZE, MCP_ACCEPT, HttpServer, scripted_pool, server_env, sim_pool_doc, write_pool
+from tests.conftest import (
+    INITIALIZE,
+    MCP_ACCEPT,
+    HttpServer,
+    scripted_pool,
+    server_env,
+    sim_pool_doc,
+    worker_calls,
+    write_pool,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -243,11 +251,7 @@ async def test_kill_9_mid_run_then_resume_repeats_no_finished_call(tmp_path: Pat
     data = result.structured_content
     assert kills >= 3 and data["status"] == "done", data
     assert len(data["steps"]) == 5 and all(s["status"] == "done" and s["output"] for s in data["steps"])
-    calls = collections.Counter(
-        json.loads(line)["digest"]
-        for line in call_log.read_text().splitlines()
-        if json.loads(line)["model"] != "scripted-conductor"
-    )
+    calls = worker_calls(call_log)
     for step in data["steps"]:
         assert calls[step["messages_digest"]] == 1, (step["key"], calls)
 

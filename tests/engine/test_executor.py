@@ -24,7 +24,7 @@ from conductor_mcp.errors import RequestError, RunNotFound
 from conductor_mcp.models import providers
 from conductor_mcp.pools import load_pool
 from conductor_mcp.runs.render import to_markdown
-from conductor_mcp.runs.store import Store
+from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service import Service
 from tests.conftest import orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
 
@@ -392,7 +392,7 @@ async def test_plan_then_run_the_stored_plan(service: Service) -> None:
 
 async def test_runs_survive_the_process_and_render(service: Service) -> None:
     run = await orchestrate(service, "task with | pipe", pool="testpool", context="some code", metadata={"answer": "1"})
-    reopened = Store(service.settings.db_path)
+    reopened = SqliteStore(service.settings.db_path)
     stored = reopened.load_run(run.id)
     assert stored.model_dump() == run.model_dump(exclude={"updated_at"}) | {"updated_at": stored.updated_at}
     markdown = to_markdown(stored)

@@ -15,7 +15,7 @@ import pytest
 
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import RequestError
-from conductor_mcp.runs.store import Store
+from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service import Service
 from tests.conftest import ask, scripted_pool
 
@@ -60,7 +60,7 @@ async def test_a_full_disk_interrupts_the_run_and_continue_resumes_it_without_re
     service.store._db.execute("PRAGMA max_page_count = 1073741823")  # space is back
     resumed = await service.wait(service.continue_run(run.id).id, 30)
     assert resumed.status == "done", resumed.error
-    assert Store(service.settings.db_path).load_run(run.id).status == "done"
+    assert SqliteStore(service.settings.db_path).load_run(run.id).status == "done"
     calls = _worker_calls(tmp_path)
     assert [calls[step.messages_digest or ""] for step in resumed.steps] == [1, 1, 1]
 
@@ -82,7 +82,7 @@ async def test_a_step_that_finishes_while_the_store_cannot_be_written_is_not_pai
     run = service.start(ask("task", pool="fan"))
     run = await service.wait(run.id, 30, refuse_writes_after_step_0)
     assert run.status == "interrupted" and [s.status for s in run.steps[:2]] == ["done", "done"], run.error
-    assert Store(service.settings.db_path).load_run(run.id).steps[1].status == "running"  # the store missed it
+    assert SqliteStore(service.settings.db_path).load_run(run.id).steps[1].status == "running"  # the store missed it
     service.store._db.execute("PRAGMA query_only = 0")
     resumed = await service.wait(service.continue_run(run.id).id, 30)
     assert resumed.status == "done", resumed.error

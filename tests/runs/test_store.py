@@ -1,13 +1,13 @@
-"""The SQLite store: what is written is read back whole, by another connection or another process."""
+"""The SQLite store's own concerns: processes sharing a file, private files, damaged files, a full disk, VACUUM,
+schema migrations (tests/runs/test_backends.py checks what both backends share)."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +17,18 @@ import structlog
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import StoreError
-from conductor_mcp.runs.store import Store
+from conductor_mcp.runs.sqlite import SqliteStore
+from conductor_mcp.runs.store import SCHEMA_VERSION
 from conductor_mcp.service import Service
 
 WRITER = """
 import sys
 from pathlib import Path
 from typing import Any
-from conductor_mcp.runs.store import Store
+from conductor_mcp.runs.sqlite import SqliteStore
+from conductor_mcp.runs.store import SCHEMA_VERSION
 from conductor_mcp.core.records import Run, StepRecord
-store = Store(Path(sys.argv[1]))
+store = SqliteStore(Path(sys.argv[1]))
 tag = sys.argv[2]
 for i in range(150):
     run = Run(id=f"{tag}-{i}", task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=1)
@@ -39,28 +41,16 @@ for i in range(150):
 
 def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
-    Store(db).close()
+    SqliteStore(db).close()
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), tag]) for tag in ("a", "b", "c")]
     assert [w.wait(timeout=120) for w in writers] == [0, 0, 0]
-    store = Store(db)
+    store = SqliteStore(db)
     assert len(store.list_runs(1000)) == 450
     for tag in ("a", "b", "c"):
         run = store.load_run(f"{tag}-149")
         assert run.steps[0].output == tag
         assert store.step_messages(run.id, "0") == [{"role": "user", "content": tag}]
-
-
-def test_step_messages_are_kept_when_a_later_save_omits_them(tmp_path: Path) -> None:
-    store = Store(tmp_path / "db.sqlite3")
-    run = Run(id="r1", task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=1)
-    store.save_run(run)
-    record = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i")
-    store.save_step("r1", 0, record, [{"role": "user", "content": "hello"}])
-    record.status, record.output = "done", "answer"
-    store.save_step("r1", 0, record, None)
-    assert store.step_messages("r1", "0") == [{"role": "user", "content": "hello"}]
-    assert store.load_run("r1").steps[0].output == "answer"
-    assert Path(tmp_path / "db.sqlite3-wal").exists()  # WAL mode
+    assert Path(tmp_path / "runs.sqlite3-wal").exists()  # WAL mode
 
 
 def _mode(path: Path) -> int:
@@ -92,7 +82,7 @@ def test_an_existing_readable_state_dir_is_tightened_with_a_warning(tmp_path: Pa
     state.chmod(0o755)
     (state / "runs.sqlite3").chmod(0o644)
     with structlog.testing.capture_logs() as logs:
-        Store(state / "runs.sqlite3").close()
+        SqliteStore(state / "runs.sqlite3").close()
     assert _mode(state) == 0o700 and _mode(state / "runs.sqlite3") == 0o600
     tightened = {entry["path"] for entry in logs if entry["event"] == "permissions_tightened"}
     assert tightened == {str(state), str(state / "runs.sqlite3")}
@@ -104,7 +94,7 @@ def test_a_shared_directory_is_refused_not_narrowed(tmp_path: Path) -> None:
     shared.mkdir()
     shared.chmod(0o1777)
     with pytest.raises(StoreError, match="shared with other accounts"):
-        Store(shared / "runs.sqlite3")
+        SqliteStore(shared / "runs.sqlite3")
     assert _mode(shared) == 0o1777
 
 
@@ -115,20 +105,20 @@ def _run(run_id: str, **fields: Any) -> Run:
 def test_a_corrupt_store_file_is_a_named_store_error(tmp_path: Path) -> None:
     """Garbage over the file: opening it says which file and what to do, and moving it aside recovers."""
     db = tmp_path / "runs.sqlite3"
-    store = Store(db)
+    store = SqliteStore(db)
     store.save_run(_run("r1"))
     store.close()
     db.write_bytes(os.urandom(64 * 1024))
     with pytest.raises(StoreError, match="is corrupt") as caught:
-        Store(db)
+        SqliteStore(db)
     assert str(db) in str(caught.value) and "move it aside" in str(caught.value)
     db.rename(db.with_name("runs.sqlite3.corrupt"))
-    assert Store(db).list_runs() == []  # a new store, as the message promised
+    assert SqliteStore(db).list_runs() == []  # a new store, as the message promised
 
 
 def test_a_store_damaged_after_its_header_fails_on_read_with_a_store_error(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
-    store = Store(db)
+    store = SqliteStore(db)
     for i in range(200):
         store.save_run(_run(f"r{i}", context="x" * 2000))
     store.close()
@@ -136,7 +126,7 @@ def test_a_store_damaged_after_its_header_fails_on_read_with_a_store_error(tmp_p
         handle.seek(4096)
         handle.write(os.urandom(db.stat().st_size - 4096))
     with pytest.raises(StoreError, match="is corrupt") as caught:
-        reopened = Store(db)
+        reopened = SqliteStore(db)
         reopened.list_runs(1000)
         for i in range(200):
             reopened.load_run(f"r{i}")
@@ -145,7 +135,7 @@ def test_a_store_damaged_after_its_header_fails_on_read_with_a_store_error(tmp_p
 
 def test_a_full_disk_is_a_store_error_that_says_what_to_do(tmp_path: Path) -> None:
     """SQLITE_FULL, made real with max_page_count: the write fails with advice, and works once space returns."""
-    store = Store(tmp_path / "runs.sqlite3")
+    store = SqliteStore(tmp_path / "runs.sqlite3")
     store.save_run(_run("r1"))
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages}")
@@ -160,31 +150,8 @@ def test_a_full_disk_is_a_store_error_that_says_what_to_do(tmp_path: Path) -> No
     assert store.load_run("r1").steps[0].instruction == "i" * 50_000
 
 
-def test_update_is_atomic_across_connections(tmp_path: Path) -> None:
-    """A change made inside `update` cannot be overtaken by another connection's write (compare-and-swap)."""
-    db = tmp_path / "runs.sqlite3"
-    first, second = Store(db), Store(db)
-    first.save_run(_run("r1", status="interrupted"))
-    inside = threading.Event()
-
-    def slow_claim(run: Run) -> list[int] | None:
-        inside.set()
-        time.sleep(0.3)
-        run.status, run.owner = "running", "first"
-        return []
-
-    claimer = threading.Thread(target=first.update, args=("r1", slow_claim))
-    claimer.start()
-    inside.wait(5)
-    seen = second.update("r1", lambda run: None)  # blocks until the first transaction commits
-    claimer.join()
-    assert (seen.status, seen.owner) == ("running", "first")
-    stored = second.load_run("r1")
-    assert (stored.status, stored.owner) == ("running", "first")
-
-
 def test_prune_deletes_old_finished_runs_and_their_steps_never_running_ones(tmp_path: Path) -> None:
-    store = Store(tmp_path / "runs.sqlite3")
+    store = SqliteStore(tmp_path / "runs.sqlite3")
     for run_id, status in (("old-done", "done"), ("old-failed", "failed"), ("old-running", "running")):
         store.save_run(_run(run_id, status=status, context="x" * 100_000))
         record = StepRecord(key="0", index=0, worker_id="w", visible_id="model_0", model="m", instruction="i")
@@ -194,8 +161,38 @@ def test_prune_deletes_old_finished_runs_and_their_steps_never_running_ones(tmp_
     dry = store.prune(cutoff, ["done"], dry_run=True)
     assert dry.runs == 1 and dry.data_bytes > 200_000 and len(store.list_runs()) == 4
     pruned = store.prune(cutoff, None, dry_run=False)
-    assert pruned.runs == 2 and pruned.file_bytes_after < pruned.file_bytes_before
+    assert pruned.runs == 2 and pruned.size_after < pruned.size_before
     assert sorted(r["id"] for r in store.list_runs()) == ["new-done", "old-running"]
     assert store._db.execute("SELECT COUNT(*) FROM steps WHERE run_id LIKE 'old-d%'").fetchone()[0] == 0
     stats = store.stats()
     assert stats.runs_by_status == {"done": 1, "running": 1} and stats.oldest is not None
+
+
+def test_a_file_from_before_schema_versions_opens_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
+    """data/schema-v1.sqlite3 was written by the store as it was before schema versions were recorded."""
+    db = tmp_path / "runs.sqlite3"
+    db.write_bytes((Path(__file__).parent / "data" / "schema-v1.sqlite3").read_bytes())
+    db.chmod(0o600)
+    store = SqliteStore(db)
+    run = store.load_run("v1run")
+    assert (run.status, run.steps[0].output) == ("done", "the old answer")
+    assert store.step_messages("v1run", "0") == [{"role": "user", "content": "Draft."}]
+    assert store.stats().schema_version == SCHEMA_VERSION
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"runs_by_status_time", "runs_by_pool_time", "runs_by_parent"} <= indexes
+    store.save_run(_run("new"))
+    assert [r["id"] for r in store.list_runs()] == ["new", "v1run"]
+
+
+def test_a_store_from_a_newer_version_is_refused_with_advice(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    SqliteStore(db).close()
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    raw.commit()
+    raw.close()
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than") as caught:
+        SqliteStore(db)
+    assert "upgrade conductor-mcp" in str(caught.value)

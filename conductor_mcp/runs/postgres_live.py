@@ -1,0 +1,204 @@
+"""What replicas sharing a PostgreSQL store know of each other while they live: leases and progress.
+
+- AdvisoryLease: each replica takes a session-level advisory lock on a connection of its own and never
+  releases it; its runs record the lock's key in their token. When the replica dies, however it dies, its
+  connection closes, PostgreSQL frees the lock, and every replica reads its `running` runs as interrupted.
+  A replica whose lease connection breaks while it lives can no longer show that it owns its runs (others
+  may already read them as interrupted and resume them), so it stops at once, as a crash would, and writes
+  nothing more: its runs are resumed elsewhere instead of running twice. Its supervisor restarts it.
+- ProgressBus: a replica executing a run sends each progress event with NOTIFY; a replica whose client waits
+  for that run LISTENs on one connection and hands the events to its waiters. The waiter reloads the run from
+  the store when it finishes (or when the owner's lease is gone: a dead replica sends nothing more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import select
+import threading
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+
+import psycopg
+
+from conductor_mcp.core.events import ProgressCallback, ProgressEvent, emit
+from conductor_mcp.core.records import Run
+from conductor_mcp.errors import StoreError
+from conductor_mcp.logs import get_logger
+from conductor_mcp.runs.active import heartbeat_event
+from conductor_mcp.runs.leases import Lease
+from conductor_mcp.runs.postgres import CONNECT_TIMEOUT_S, PostgresStore, check_reachable
+
+log = get_logger(__name__)
+
+CHANNEL = "conductor_progress"
+MAX_MESSAGE_CHARS = 2000  # NOTIFY payloads stop at 8000 bytes; an event's message is a line
+LEASE_LOST_EXIT = 70  # EX_SOFTWARE: the replica stopped because it lost its lease
+OWNER_CHECK_S = 2.0  # how often a remote waiter checks that the run's owner still holds its lease
+_HELD = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid::bigint = %s AND objid::bigint = %s)"
+)
+
+
+class AdvisoryLease(Lease):
+    """This replica's lease: `pg_advisory_lock(key)` held on a dedicated connection until the process ends."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.key = secrets.randbits(62) + 1
+        self.token = f"pg-{os.getpid()}-{self.key:x}"
+        check_reachable(store.url)
+        self._conn = psycopg.connect(
+            store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=f"conductor-mcp lease {os.getpid()}", keepalives=1, keepalives_idle=10,
+            keepalives_interval=5, keepalives_count=3,
+        )  # fmt: skip
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+        self._closed = False
+        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        self._conn.close()  # the session ends and the lock with it
+
+    def _watch(self) -> None:
+        """Stop the process if the lease's session ends (the server went away, or terminated it)."""
+        fd = self._conn.fileno()
+        while not self._closed:
+            try:
+                readable, _, _ = select.select([fd], [], [], 5.0)
+                if readable and not self._closed:  # an idle session hears from the server only when it ends
+                    self._conn.execute("SELECT 1")  # a notice would pass here; a closed session raises
+            except (psycopg.Error, OSError, ValueError) as exc:
+                if self._closed:
+                    return
+                log.critical("lease_lost", token=self.token, error=str(exc), exit_code=LEASE_LOST_EXIT)
+                os._exit(LEASE_LOST_EXIT)  # nothing more is written: another replica may own these runs now
+
+    def is_alive(self, token: str | None) -> bool:
+        if token is None:
+            return False
+        if token == self.token:
+            return True
+        try:
+            key = int(token.rsplit("-", 1)[-1], 16) if token.startswith("pg-") else None
+        except ValueError:
+            key = None
+        if key is None:
+            return False  # not a replica's token (a run moved from an SQLite store): nobody executes it
+        with self.store.connection() as conn:
+            row = conn.execute(_HELD, (key >> 32, key & 0xFFFFFFFF)).fetchone()
+        return bool(row and row[0])
+
+
+def _encode(event: ProgressEvent) -> str:
+    """The event without its step record (waiters show the message and counts; the record is in the store)."""
+    fields = (event.kind, event.run_id, event.message[:MAX_MESSAGE_CHARS], event.finished_steps, event.total_steps)
+    return json.dumps(fields)
+
+
+def _decode(payload: str) -> ProgressEvent:
+    kind, run_id, message, finished, total = json.loads(payload)
+    return ProgressEvent(kind, run_id, message, None, finished, total)
+
+
+class ProgressBus:
+    """Progress events across replicas: NOTIFY out for runs executing here, LISTEN in for runs elsewhere."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self._waiters: dict[str, list[asyncio.Queue[ProgressEvent]]] = defaultdict(list)
+        self._listener: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+
+    def publish(self, event: ProgressEvent) -> None:
+        """Send an event of a run executing here; a failure is logged, never breaks the run."""
+        try:
+            self.store.notify(CHANNEL, _encode(event))
+        except StoreError as exc:
+            log.warning("progress_not_published", run_id=event.run_id, error=str(exc))
+
+    async def _listen(self, ready: asyncio.Future[None]) -> None:
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="conductor-mcp"
+            )
+            async with conn:
+                await conn.execute(f"LISTEN {CHANNEL}")
+                ready.set_result(None)
+                async for note in conn.notifies():
+                    event = _decode(note.payload)
+                    for queue in self._waiters.get(event.run_id, ()):
+                        queue.put_nowait(event)
+        except psycopg.Error as exc:
+            log.error("progress_listener_stopped", error=str(exc))  # waiters fall back to checking the store
+            if not ready.done():
+                ready.set_exception(StoreError(f"run store {self.store.location}: cannot LISTEN: {exc}"))
+        finally:
+            self._listener = None
+
+    async def _ensure_listening(self) -> None:
+        if self._listener is None:
+            self._ready = asyncio.get_running_loop().create_future()
+            self._listener = asyncio.get_running_loop().create_task(self._listen(self._ready), name="progress-bus")
+        assert self._ready is not None
+        await asyncio.shield(self._ready)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, run_id: str) -> AsyncIterator[asyncio.Queue[ProgressEvent]]:
+        """A queue of the run's events from now on (listening before the caller reads the run: nothing missed)."""
+        await self._ensure_listening()
+        queue: asyncio.Queue[ProgressEvent] = asyncio.Queue()
+        self._waiters[run_id].append(queue)
+        try:
+            yield queue
+        finally:
+            self._waiters[run_id].remove(queue)
+            if not self._waiters[run_id]:
+                del self._waiters[run_id]
+
+    async def wait(
+        self,
+        run_id: str,
+        load: Callable[[], Run],
+        timeout_s: float | None,
+        on_event: ProgressCallback | None,
+        heartbeat_s: float | None,
+    ) -> Run:
+        """Wait up to `timeout_s` for a run executing on another replica, relaying its events (and a heartbeat
+        after `heartbeat_s` without one). `load` reads the run: one whose owner died reads as interrupted."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        async with self.subscribe(run_id) as queue:
+            run = load()
+            quiet_since = loop.time()
+            while run.status == "running":
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                pause = OWNER_CHECK_S if remaining is None else min(remaining, OWNER_CHECK_S)
+                try:
+                    event = await asyncio.wait_for(queue.get(), pause)
+                except TimeoutError:
+                    run = load()
+                    if heartbeat_s is not None and run.status == "running" and loop.time() - quiet_since >= heartbeat_s:
+                        await emit(on_event, heartbeat_event(run))
+                        quiet_since = loop.time()
+                    continue
+                await emit(on_event, event)
+                quiet_since = loop.time()
+                if event.kind == "run_finished":
+                    run = load()
+        return run
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener

@@ -1,0 +1,127 @@
+"""PostgreSQL-only behaviour, in process: migrations, advisory-lock leases, claims and progress across replicas
+(each replica here is a Service with connections of its own; tests/doors/test_replicas.py uses processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+import psycopg
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.records import Run
+from conductor_mcp.errors import RequestError, StoreError
+from conductor_mcp.runs.postgres import MIGRATIONS, PostgresStore
+from conductor_mcp.runs.store import SCHEMA_VERSION
+from conductor_mcp.service import Service
+from tests.conftest import ask, sim_pool_doc, write_pool
+
+
+def test_a_database_from_before_schema_versions_is_migrated(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO runs VALUES ('old', 'c', 'u', 'done', NULL, 'p', 't', %s)",
+            ('{"id": "old", "task": "t", "pool": "p", "pool_digest": "d", "conductor_model": "m", "max_steps": 1}',),
+        )
+    store = PostgresStore(postgres_url)
+    assert store.load_run("old").task == "t" and store.stats().schema_version == SCHEMA_VERSION
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION + 1,))
+    store.close()
+    with pytest.raises(StoreError, match="newer than this conductor-mcp"):
+        PostgresStore(postgres_url)
+
+
+def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:
+    with pytest.raises(StoreError, match="cannot be reached") as caught:
+        PostgresStore("postgresql://user:hunter2secret@127.0.0.1:1/db")
+    assert "hunter2secret" not in str(caught.value) and "user:***@127.0.0.1:1/db" in str(caught.value)
+
+
+def test_database_url_must_be_postgresql() -> None:
+    from conductor_mcp.errors import SettingsError
+
+    with pytest.raises(SettingsError, match=r"CONDUCTOR_DATABASE_URL: .*postgresql://"):
+        Settings.from_env(database_url="mysql://me:hunter2secret@db/x")
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(database_url="mysql://me:hunter2secret@db/x")
+    assert "hunter2secret" not in str(caught.value)
+
+
+@pytest.fixture
+def slow_pool(pool_dir: Path) -> Path:
+    latency = {"first_token_s": 0.3, "tokens_per_s": 1e6, "output_tokens": 5}
+    write_pool(pool_dir, sim_pool_doc(simulation={"workers": dict.fromkeys(("alpha", "beta", "gamma"), latency)}))
+    return pool_dir
+
+
+@pytest.fixture
+def replica(tmp_path: Path, postgres_url: str, slow_pool: Path) -> Iterator[Callable[[str], Service]]:
+    """Makes replicas (Services with connections of their own) and closes them all, whatever the test did."""
+    made: list[Service] = []
+
+    def make(name: str) -> Service:
+        settings = Settings.from_env(state_dir=tmp_path / name, database_url=postgres_url, sim_time_scale=1.0)
+        made.append(Service(settings.with_pool_dirs_first(slow_pool)))
+        return made[-1]
+
+    yield make
+    for service in made:
+        service.lease.close()  # before the cluster stops: a lease that is lost while held stops the process
+
+
+async def test_a_run_on_one_replica_is_collected_on_another_with_its_progress(
+    replica: Callable[[str], Service],
+) -> None:
+    a, b = replica("a"), replica("b")
+    run = a.start(ask("prove it", pool="testpool", max_steps=3))
+    assert b.get_run(run.id).status == "running"  # A holds its lease
+    seen: list[ProgressEvent] = []
+
+    async def on_event(event: ProgressEvent) -> None:
+        seen.append(event)
+
+    collected = await b.wait(b.continue_run(run.id).id, 60, on_event)
+    assert collected.status == "done" and collected.steps and all(s.status == "done" for s in collected.steps)
+    kinds = [e.kind for e in seen]
+    assert "step_finished" in kinds and kinds[-1] == "run_finished", kinds
+    again = a.start(ask("again", pool="testpool"))
+    with pytest.raises(RequestError, match="running in another server process"):
+        b.continue_run(again.id, feedback="more")  # feedback waits until the run ends
+    assert (await a.wait(again.id, 60)).status == "done"
+    await a.close()
+    await b.close()
+
+
+async def test_a_dead_replicas_run_reads_interrupted_everywhere_and_one_replica_claims_it(
+    replica: Callable[[str], Service],
+) -> None:
+    a, b, c = replica("a"), replica("b"), replica("c")
+    planned = await b.plan(ask("prove it", pool="testpool", max_steps=3))
+
+    def taken_by_a(run: Run) -> list[int]:
+        run.status, run.owner = "running", a.lease.token  # as if A had claimed it and was executing it
+        return []
+
+    run = b.store.update(planned.id, taken_by_a)
+    assert c.get_run(run.id).status == "running"
+    waiting = asyncio.create_task(b.wait(run.id, 30))
+    await asyncio.sleep(0.2)
+    a.lease.close()  # what a dead replica's closed connection does: the advisory lock goes
+    assert (await waiting).status == "interrupted"  # the waiter on B noticed without any event from A
+    assert c.get_run(run.id).status == "interrupted"
+    owners = [replica.continue_run(run.id).owner for replica in (b, c)]  # B claims it; C then collects B's run
+    assert owners == [b.lease.token, b.lease.token] and run.id in b.active and run.id not in c.active
+    done = await c.wait(run.id, 60)
+    assert done.status == "done" and all(s.status == "done" for s in done.steps)
+    await a.close()
+    await b.close()
+    await c.close()
