@@ -48,6 +48,7 @@ class Service:
             max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
         )
         self._pools: dict[str, Pool] = {}
+        self._digests: dict[str, tuple[Pool, str]] = {}  # pool name -> (the pool object, its digest)
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
         self._default_pool: str | None = None
@@ -64,6 +65,13 @@ class Service:
         if key not in self._pools:
             self._pools[key] = load_pool(key, list(self.settings.pool_dirs))
         return self._pools[key]
+
+    def pool_digest(self, pool: Pool) -> str:
+        """The pool's digest, computed once per pool object: a canonical dump and a hash, which every run needs."""
+        cached = self._digests.get(pool.name)
+        if cached is None or cached[0] is not pool:
+            cached = self._digests[pool.name] = (pool, pool.digest())
+        return cached[1]
 
     def register_pool(self, pool: Pool) -> None:
         """Make a pool built in code (a training sub-pool, say) available by its name."""
@@ -101,7 +109,7 @@ class Service:
             files=list(request.files),
             metadata=dict(request.metadata),
             pool=pool.name,
-            pool_digest=pool.digest(),
+            pool_digest=self.pool_digest(pool),
             conductor_model=pool.conductor.model,
             max_steps=steps,
             budget=request.budget,
@@ -187,7 +195,7 @@ class Service:
             pool = self.pool(run.pool)
         except PoolError as exc:
             raise RequestError(f"pool: {exc}") from None
-        if pool.digest() != run.pool_digest:
+        if self.pool_digest(pool) != run.pool_digest:
             log.warning("pool_changed_since_run_started", run_id=run_id, pool=run.pool)
         run = self._claim(run_id)
         self.active.launch(run, lambda relay: self._execute(run, pool, relay))
@@ -268,16 +276,20 @@ class Service:
         heartbeat_s: float | None = None,
         *,
         cancel_on_exit: bool = False,
+        coalesce: bool = False,
     ) -> Run:
         """Wait up to `timeout_s` (None: to the end) for a run, relaying its progress to `on_event`.
 
         Past the timeout the run goes on in the background and comes back with status `running`. If the
         waiting caller is cancelled, the run is cancelled too (its finished steps are kept) only with
         `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
+        `coalesce`: events that arrive together are relayed as one (a door that pays a wire message per event).
         """
         if run_id not in self.active:
             return self.get_run(run_id)
-        return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit)
+        return await self.active.wait(
+            run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit, coalesce=coalesce
+        )
 
     async def cancel(self, run_id: str) -> None:
         await self.active.cancel(run_id)
