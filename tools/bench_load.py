@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -160,12 +161,12 @@ async def client_main(job: dict[str, Any]) -> dict[str, Any]:
     return {"cpu_s": usage.user + usage.system, "outcomes": {i: o.__dict__ for i, o in outcomes.items()}}
 
 
-def client_process() -> None:
-    """`--client`: read a job as JSON on stdin, write the outcomes as JSON on stdout."""
+def client_process(job_file: str) -> None:
+    """`--client JOB`: read a job from the JSON file JOB, write the outcomes as JSON to JOB.out."""
     import uvloop
 
-    job = json.loads(sys.stdin.read())
-    print(json.dumps(uvloop.run(client_main(job))))
+    job = json.loads(Path(job_file).read_text())
+    Path(f"{job_file}.out").write_text(json.dumps(uvloop.run(client_main(job))))
 
 
 # ------------------------------------------------------------------------------------------- the server side
@@ -294,27 +295,21 @@ def drive(
     processes = max(1, min(processes, len(runs)))
     start_at = time.time() + 1.0 + 0.001 * len(runs)  # every client is up and waiting before the first POST
     lanes = None if concurrency is None else -(-concurrency // processes)
-    jobs = []
+    jobs: list[tuple[Path, subprocess.Popen[bytes]]] = []
+    folder = Path(tempfile.mkdtemp(prefix="bench-load-"))
     for p in range(processes):
         share = [
             [i, task, pool, servers[i % len(servers)].url, k * spacing_s]
             for k, (i, task, pool) in enumerate(runs)
             if k % processes == p
         ]
-        job = {"runs": share, "concurrency": lanes, "start_at": start_at}
-        jobs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, "--client"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-            )
-        )
-        assert jobs[-1].stdin is not None
-        jobs[-1].stdin.write(json.dumps(job))
-        jobs[-1].stdin.close()
-    replies = []
-    for job in jobs:
-        assert job.stdout is not None
-        replies.append(json.loads(job.stdout.read()))
-        job.wait()
+        job = folder / f"client{p}.json"
+        job.write_text(json.dumps({"runs": share, "concurrency": lanes, "start_at": start_at}))
+        jobs.append((job, subprocess.Popen([sys.executable, __file__, "--client", str(job)])))
+    if any([client.wait() for _, client in jobs]):  # every client ends (its runs do) before any is judged
+        raise SystemExit("a client process failed: see its stderr above")
+    replies = [json.loads(job.with_name(f"{job.name}.out").read_text()) for job, _ in jobs]
+    shutil.rmtree(folder)
     outcomes = {int(i): Outcome(**o) for reply in replies for i, o in reply["outcomes"].items()}
     wall = max(o.started + o.latency_s for o in outcomes.values()) - min(o.started for o in outcomes.values())
     return wall, outcomes, sum(reply["cpu_s"] for reply in replies)
@@ -596,25 +591,35 @@ def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def top_frames(path: Path, count: int = 20) -> None:
-    """The frames the server spent most samples in (inclusive, each frame counted once per stack), and own time."""
-    inclusive: dict[str, int] = {}
-    own: dict[str, int] = {}
+WRAPPERS = r"(BearerTokenMiddleware\.__call__|TasksExtension\.intercept_tool_call) "  # ours, around the SDK's work
+
+
+def blame(stack: list[str]) -> str:
+    """Who a sample of the server is charged to: litellm (any frame of it), the socket write of an HTTP response,
+    else the innermost conductor_mcp frame (the package's own code and what it calls), else the MCP SDK, the HTTP
+    server and the event loop."""
+    if any("litellm" in frame for frame in stack):
+        return "[litellm: inside its calls and its logging threads]"
+    if "RequestResponseCycle.send" in stack[-1]:
+        return "[socket writes of HTTP responses and SSE events]"
+    ours = [f for f in stack if "conductor_mcp/" in f and not re.search(r"conductor_mcp/(cli|__main__)\.py", f)]
+    if not ours or re.match(WRAPPERS, ours[-1]):
+        return "[MCP SDK, HTTP server, event loop]"
+    return re.sub(r":\d+\)$", ")", ours[-1])
+
+
+def top_frames(path: Path, count: int = 15) -> None:
+    """Where the server's samples went: litellm, socket writes, the innermost frame of conductor_mcp, the rest."""
+    charged: dict[str, int] = {}
     total = 0
     for line in path.read_text().splitlines():
         stack, _, samples = line.rpartition(" ")
-        frames = [
-            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] for f in stack.split(";")
-        ]
         total += int(samples)
-        for frame in set(frames):
-            inclusive[frame] = inclusive.get(frame, 0) + int(samples)
-        own[frames[-1]] = own.get(frames[-1], 0) + int(samples)
-    print(f"\nprofile of the server ({total} samples at 250 Hz; raw stacks in {path.name})")
-    for title, table in (("inclusive", inclusive), ("own", own)):
-        print(f"  top {count} by {title} samples")
-        for frame, samples in sorted(table.items(), key=lambda item: -item[1])[:count]:
-            print(f"    {100 * samples / total:5.1f}%  {frame}")
+        key = blame(stack.split(";"))
+        charged[key] = charged.get(key, 0) + int(samples)
+    print(f"\nprofile of the server: {total} samples at 250 Hz, GIL holder only (raw stacks in {path.name})")
+    for key, samples in sorted(charged.items(), key=lambda item: -item[1])[:count]:
+        print(f"  {100 * samples / total:5.1f}%  {key}")
 
 
 def stop(servers: list[Server]) -> None:
@@ -678,7 +683,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--client"]:
-        client_process()
+    if sys.argv[1:2] == ["--client"]:
+        client_process(sys.argv[2])
     else:
         sys.exit(asyncio.run(main(arguments())))
