@@ -423,7 +423,7 @@ def report_cpu(cpu: CpuFigures, litellm_ms: tuple[float, float], concurrency: in
     share = cpu.conductor_calls * conductor_ms + (cpu.calls - cpu.conductor_calls) * worker_ms
     own = cpu.server_ms - share
     print(
-        f"\n1. CPU: {cpu.runs} sim runs (time_scale {CPU_TIME_SCALE}), {concurrency} at a time: "
+        f"\nCPU: {cpu.runs} sim runs (time_scale {CPU_TIME_SCALE}), {concurrency} at a time: "
         f"{cpu.throughput:.1f} runs/s, {cpu.progress:.1f} progress notifications per run"
     )
     print(f"   server CPU per run           {cpu.server_ms:7.2f} ms   (load generator: {cpu.client_ms:.2f} ms per run)")
@@ -479,7 +479,7 @@ async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
     """Solo runs, then rounds that each bring `concurrency` runs in flight at once."""
     solo = solo_latency(server, args.solo_runs)
     print(
-        f"\n2. Hold: {args.rounds} rounds of {args.concurrency} runs arriving over {args.run_seconds:.0f} s, each "
+        f"\nHold: {args.rounds} rounds of {args.concurrency} runs arriving over {args.run_seconds:.0f} s, each "
         f"{args.run_seconds:.1f} s of simulated latency; solo latency {solo:.3f} s (median of {args.solo_runs})"
     )
     print(
@@ -545,7 +545,7 @@ def replica_phase(args: argparse.Namespace, pools: Path, state: Path) -> bool:
     ratio = many.throughput / one.throughput
     cores = len(os.sched_getaffinity(0))
     print(
-        f"\n3. Replicas on PostgreSQL: {args.cpu_runs} sim runs (time_scale {CPU_TIME_SCALE}), "
+        f"\nReplicas on PostgreSQL: {args.cpu_runs} sim runs (time_scale {CPU_TIME_SCALE}), "
         f"{args.replica_concurrency} at a time"
     )
     print(
