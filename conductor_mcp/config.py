@@ -8,6 +8,7 @@ like secrets, so logs can mask them (`secret_values`).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -148,6 +149,14 @@ def child_environment(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra}
 
 
+@functools.lru_cache(maxsize=4096)
+def _names_a_secret(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
+
 def secret_values() -> set[str]:
-    """Values of environment variables whose names say they hold a secret, for log redaction."""
-    return {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8}
+    """Values of environment variables whose names say they hold a secret, for log redaction.
+
+    Read afresh on every call (a key set later is masked too); only the test of each name is remembered, since
+    every model's answer is redacted with this (about half its cost was the regex)."""
+    return {v for k, v in os.environ.items() if len(v) >= 8 and _names_a_secret(k)}

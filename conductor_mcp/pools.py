@@ -89,6 +89,16 @@ class PoolSummary:
     error: str | None = None
 
 
+def summarize(name: str, path: Path) -> tuple[PoolSummary, Pool | None]:
+    """A pool file loaded and summarized; a broken one is summarized with its error (and no pool)."""
+    try:
+        pool = load_pool(str(path), [])
+    except PoolError as exc:
+        return PoolSummary(name, str(path), [], None, "", error=str(exc)), None
+    workers = [w.id for w in pool.workers]
+    return PoolSummary(name, str(path), workers, pool.conductor.model, pool.description), pool
+
+
 PREFERRED = ("frontier", "paper")
 LOCAL_POOL = "local"
 

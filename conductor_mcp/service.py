@@ -25,7 +25,7 @@ from conductor_mcp.engine.executor import Executor
 from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError, StoreError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
-from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool
+from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool, summarize
 from conductor_mcp.runs.active import ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.store import Store
@@ -51,6 +51,7 @@ class Service:
             max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
         )
         self._pools: dict[str, Pool] = {}
+        self._digests: dict[str, tuple[Pool, str]] = {}  # pool name -> (the pool object, its digest)
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
         self._default_pool: str | None = None
@@ -73,6 +74,13 @@ class Service:
             self._pools[key] = load_pool(key, list(self.settings.pool_dirs))
         return self._pools[key]
 
+    def pool_digest(self, pool: Pool) -> str:
+        """The pool's digest, computed once per pool object: a canonical dump and a hash, which every run needs."""
+        cached = self._digests.get(pool.name)
+        if cached is None or cached[0] is not pool:
+            cached = self._digests[pool.name] = (pool, pool.digest())
+        return cached[1]
+
     def register_pool(self, pool: Pool) -> None:
         """Make a pool built in code (a training sub-pool, say) available by its name."""
         self._pools[pool.name] = pool
@@ -81,15 +89,10 @@ class Service:
         """Every pool on the search path, each validated; a broken file is listed with its error."""
         summaries = []
         for name, path in available_pools(list(self.settings.pool_dirs)).items():
-            try:
-                pool = load_pool(str(path), [])
-            except PoolError as exc:
-                summaries.append(PoolSummary(name, str(path), [], None, "", error=str(exc)))
-                continue
-            self._pools.setdefault(name, pool)  # later lookups by name reuse what was just validated
-            summaries.append(
-                PoolSummary(name, str(path), [w.id for w in pool.workers], pool.conductor.model, pool.description)
-            )
+            summary, pool = summarize(name, path)
+            if pool is not None:
+                self._pools.setdefault(name, pool)  # later lookups by name reuse what was just validated
+            summaries.append(summary)
         return summaries
 
     # -- starting runs ----------------------------------------------------------------------------
@@ -110,7 +113,7 @@ class Service:
             metadata=dict(request.metadata),
             tools=list(request.tools),
             pool=pool.name,
-            pool_digest=pool.digest(),
+            pool_digest=self.pool_digest(pool),
             conductor_model=pool.conductor.model,
             max_steps=steps,
             budget=request.budget,
@@ -200,7 +203,7 @@ class Service:
             pool = self.pool(run.pool)
         except PoolError as exc:
             raise RequestError(f"pool: {exc}") from None
-        if pool.digest() != run.pool_digest:
+        if self.pool_digest(pool) != run.pool_digest:
             log.warning("pool_changed_since_run_started", run_id=run.id, pool=run.pool)
         claimed = self._claim(run.id, change)
         self.active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
@@ -249,16 +252,7 @@ class Service:
             raise RequestError(f"run_id: run {parent.id} has no workflow to follow up; orchestrate the task again")
         context = follow_up_context(parent.context, feedback)[-MAX_CONTEXT_CHARS:]
         run, pool = self._new_run(parent.request().but(context=context, self_correct=False))
-        run.parent_id = parent.id
-        run.max_depth = max(run.max_depth, 1)
-        run.workflow = Workflow(
-            reasoning=f"Follow-up of run {parent.id}: the conductor reviews it with the caller's feedback.",
-            steps=[*parent.workflow.steps, continuation_step(parent.workflow, feedback)],
-        )
-        run.steps = [
-            step.model_copy(update={"inherited_from": parent.inherited_origin(step)})
-            for step in parent.steps if step.status == "done"
-        ]  # fmt: skip
+        run.follow(parent, continuation_step(parent.workflow, feedback))
         for seq, step in enumerate(run.steps):
             self.store.save_step(run.id, seq, step, None)
         self._launch(run, pool)
@@ -281,19 +275,23 @@ class Service:
         heartbeat_s: float | None = None,
         *,
         cancel_on_exit: bool = False,
+        coalesce: bool = False,
     ) -> Run:
         """Wait up to `timeout_s` (None: to the end) for a run, relaying its progress to `on_event`.
 
         Past the timeout the run goes on in the background and comes back with status `running`. If the
         waiting caller is cancelled, the run is cancelled too (its finished steps are kept) only with
         `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
+        `coalesce`: events that arrive together are relayed as one (a door that pays a wire message per event).
         """
         if run_id not in self.active:
             run = self.get_run(run_id)
             if self.bus is None or run.status != "running":
                 return run
             return await self.bus.wait(run_id, lambda: self.get_run(run_id), timeout_s, on_event, heartbeat_s)
-        return await self.active.wait(run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit)
+        return await self.active.wait(
+            run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit, coalesce=coalesce
+        )
 
     async def cancel(self, run_id: str) -> None:
         await self.active.cancel(run_id)

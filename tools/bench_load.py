@@ -1,119 +1,689 @@
-"""Load: N concurrent orchestrations over streamable HTTP against simulated workers with latency.
+"""Load on the server, measured on the server: CPU per run, latency overhead under 1,000 concurrent runs, memory.
 
-Starts `conductor-mcp serve --http --no-auth` on a free loopback port (a throwaway state dir, the `sim` pool,
-latencies scaled by --time-scale), then runs --rounds rounds of --concurrency simultaneous MCP sessions, each calling
-`orchestrate` once. Prints throughput, p50/p99 latency, errors, and the server's RSS after each round and at
-its peak. Targets: zero errors, p99 within 2x p50, and memory that does not grow with finished runs.
+Starts `conductor-mcp serve --http` (a throwaway state dir, a bearer token) and drives it from separate client
+processes that speak raw JSON-RPC over HTTP: one 2026-07-28 MCP `tools/call` of `orchestrate` per run (a single
+POST, no session, a progress token so progress events flow), read to its final SSE message. The clients' own
+CPU is read and printed beside the server's, so a client bottleneck shows. Phases, one server, one run:
 
-    python tools/bench_load.py [--concurrency 100] [--rounds 3] [--time-scale 0.2]
+1. CPU: --cpu-runs runs of the `sim` pool (latencies x0.05: tens of ms per call, so progress events come as
+   spaced as in a real run; CPU does not depend on the scale), --cpu-concurrency at a time. The server's CPU per
+   run comes from /proc/PID/stat; litellm's share (the same calls made directly through litellm.acompletion, as
+   tools/bench_engine.py does, in this process afterwards) is subtracted. Target: <= 10 ms of its own per run.
+2. Hold: a pool whose every workflow takes --run-seconds of simulated latency (whatever shape the sim conductor
+   writes); first --solo-runs alone (the solo latency), then --rounds rounds in which --concurrency runs arrive
+   evenly over one run's duration, so that all are in flight at once. Targets: p99 of (latency - solo latency)
+   < 250 ms, no errors, RSS after the last round within 5% of after round 1 (memory flat across rounds).
+3. Replicas, only with --database-url postgresql://...: 1 then --replicas server processes on that database
+   (CONDUCTOR_DATABASE_URL), the same CPU-bound sim load spread over them. Target: 2 replicas >= 1.8x one.
+
+    python tools/bench_load.py                      # 1,000 concurrent runs of 30 s, 3 rounds (~5 min)
+    python tools/bench_load.py --quick              # the same measurements, smaller (under 2 minutes)
+    python tools/bench_load.py --database-url postgresql://user@host/db --replicas 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import re
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from mcp.client import Client
-from mcp.types import TextContent
-
-from conductor_mcp.models.local import free_port
-
-TASK = "Prove that the product of two odd numbers is odd, step by step."
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    """VmRSS (now) and VmHWM (peak) of a process, in KiB (Linux)."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            fields[name] = int(value.split()[0])
-    return fields
+TOKEN = "bench-load-token-0123456789"  # a throwaway server on loopback
+TICKS = os.sysconf("SC_CLK_TCK")
+PROTOCOL = "2026-07-28"
+HARD_TASK = "Work out step by step whether {i} is prime, and state the answer."
+HOLD_POOL = "loadbench"
+CPU_POOL = "simfast"
+CPU_TIME_SCALE = 0.05  # tens of ms per call: events spaced as in a real run (CPU does not depend on it)
+# The hold pool's latencies, in seconds at time_scale 1: conductor 6, then either helper-lead-helper in sequence or
+# (lead | helper | third) in parallel and the lead aggregating: 24 either way, so every run takes the same 30 s.
+LATENCIES = {"conductor": 6.0, "lead": 12.0, "helper": 6.0, "third": 12.0}
+HOLD_SECONDS = LATENCIES["conductor"] + 2 * LATENCIES["helper"] + LATENCIES["lead"]
 
 
-async def one(url: str, index: int) -> tuple[float, str | None]:
+# ------------------------------------------------------------------------------------------- the client side
+
+
+@dataclass
+class Outcome:
+    """One run as its client saw it."""
+
+    latency_s: float
+    error: str | None = None
+    calls: int = 0
+    worker_calls: int = 0
+    progress: int = 0
+    started: float = 0.0  # wall clock, so runs from several client processes line up
+
+
+def tool_call(i: int, task: str, pool: str) -> tuple[bytes, dict[str, str]]:
+    """A self-contained 2026-07-28 MCP request (no initialize, no session) and its routing headers."""
+    meta = {f"io.modelcontextprotocol/{k}": v for k, v in (("protocolVersion", PROTOCOL), ("clientCapabilities", {}))}
+    arguments = {"task": task, "pool": pool, "wait_seconds": 3600}
+    params = {"name": "orchestrate", "arguments": arguments, "_meta": {**meta, "progressToken": i}}
+    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}).encode()
+    headers = {
+        "authorization": f"Bearer {TOKEN}",
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": PROTOCOL,
+        "mcp-method": "tools/call",
+        "mcp-name": "orchestrate",
+    }
+    return body, headers
+
+
+def outcome_of(message: dict[str, Any], latency: float, progress: int) -> Outcome:
+    result = message.get("result")
+    if result is None:
+        return Outcome(latency, f"JSON-RPC error: {str(message.get('error'))[:200]}")
+    run = result.get("structuredContent") or {}
+    if result.get("isError") or run.get("status") != "done":
+        text = (result.get("content") or [{}])[0].get("text", "")
+        return Outcome(latency, f"status {run.get('status')}: {run.get('error') or text}"[:200])
+    worker_calls = sum(step["attempts"] for step in run["steps"])
+    return Outcome(latency, None, run["totals"]["calls"], worker_calls, progress)
+
+
+async def one_run(session: Any, url: str, i: int, task: str, pool: str) -> Outcome:
+    """One orchestrate call, stamped with its wall-clock start."""
+    started = time.time()
+    outcome = await post_run(session, url, i, task, pool)
+    outcome.started = started
+    return outcome
+
+
+async def post_run(session: Any, url: str, i: int, task: str, pool: str) -> Outcome:
+    """POST one orchestrate call and read its answer: plain JSON, or SSE whose last message is the response."""
+    body, headers = tool_call(i, task, pool)
     started = time.perf_counter()
+    progress = 0
     try:
-        async with Client(url) as client:
-            result = await client.call_tool("orchestrate", {"task": f"{TASK} (#{index})", "wait_seconds": 300})
+        async with session.post(url, data=body, headers=headers) as response:
+            if response.status != 200:
+                return Outcome(
+                    time.perf_counter() - started, f"HTTP {response.status}: {(await response.text())[:200]}"
+                )
+            if response.content_type == "application/json":
+                return outcome_of(await response.json(), time.perf_counter() - started, 0)
+            async for line in response.content:
+                if not line.startswith(b"data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message.get("id") == i:
+                    return outcome_of(message, time.perf_counter() - started, progress)
+                progress += message.get("method") == "notifications/progress"
     except Exception as exc:
-        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
-    if result.is_error or result.structured_content["status"] != "done":
-        first = result.content[0] if result.content else None
-        return time.perf_counter() - started, (first.text if isinstance(first, TextContent) else str(first))[:200]
-    return time.perf_counter() - started, None
+        return Outcome(time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:200])
+    return Outcome(time.perf_counter() - started, "the stream ended without a response")
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--time-scale", type=float, default=0.2)
-    args = parser.parse_args()
+async def client_main(job: dict[str, Any]) -> dict[str, Any]:
+    """A client process: from `start_at` (wall clock), run its share of the runs either `concurrency` at a time
+    (closed loop) or each at its own `offset` from the start (open loop: arrivals at a steady rate)."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    runs: list[list[Any]] = job["runs"]  # [index, task, pool, url, offset or None]
+    outcomes: dict[int, Outcome] = {}
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        queue = list(reversed(runs))
+
+        async def lane() -> None:
+            while queue:
+                i, task, pool, url, _ = queue.pop()
+                outcomes[i] = await one_run(session, url, i, task, pool)
+
+        async def arrival(i: int, task: str, pool: str, url: str, offset: float) -> None:
+            await asyncio.sleep(max(0.0, job["start_at"] + offset - time.time()))
+            outcomes[i] = await one_run(session, url, i, task, pool)
+
+        await asyncio.sleep(max(0.0, job["start_at"] - time.time()))
+        if job["concurrency"] is None:
+            await asyncio.gather(*(arrival(*run) for run in runs))
+        else:
+            await asyncio.gather(*(lane() for _ in range(min(job["concurrency"], len(runs)))))
+    usage = os.times()
+    return {"cpu_s": usage.user + usage.system, "outcomes": {i: o.__dict__ for i, o in outcomes.items()}}
+
+
+def client_process(job_file: str) -> None:
+    """`--client JOB`: read a job from the JSON file JOB, write the outcomes as JSON to JOB.out."""
+    import uvloop
+
+    job = json.loads(Path(job_file).read_text())
+    Path(f"{job_file}.out").write_text(json.dumps(uvloop.run(client_main(job))))
+
+
+# ------------------------------------------------------------------------------------------- the server side
+
+
+def cpu_s(pid: int) -> float:
+    """User plus system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def memory_kib(pid: int, name: str = "VmRSS") -> int:
+    """VmRSS (now) or VmHWM (peak) of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return int(line.split()[1])
+    raise LookupError(name)
+
+
+def write_pools(directory: Path, time_scale: float) -> None:
+    """`simfast`: the shipped sim pool, faster; `loadbench`: fixed latencies summing to HOLD_SECONDS."""
+    import yaml
+
+    import conductor_mcp
+
+    sim = yaml.safe_load((Path(conductor_mcp.__file__).parents[1] / "pool_configs" / "sim.yaml").read_text())
+    sim["name"], sim["simulation"]["time_scale"] = CPU_POOL, CPU_TIME_SCALE
+    (directory / f"{CPU_POOL}.yaml").write_text(yaml.safe_dump(sim))
+    fixed = {"tokens_per_s": 1e9, "output_tokens": 20, "default_skill": 0.8}
+    descriptions = {  # the sim conductor ranks workers by these words: lead first, then helper, then third
+        "lead": "Strongest at general reasoning.",
+        "helper": "Good at general questions.",
+        "third": "A third opinion.",
+    }
+    price = {"input_per_mtok": 1, "output_per_mtok": 2}
+    conductor = {"malformed_rate": 0.0, "first_token_s": LATENCIES["conductor"], "tokens_per_s": 1e9}
+    pool = {
+        "name": HOLD_POOL,
+        "anonymize": False,
+        "max_steps": 4,
+        "conductor": {"model": "sim/conductor", "structured_output": "json_schema"},
+        "workers": [{"id": w, "model": f"sim/{w}", "description": d, "price": price} for w, d in descriptions.items()],
+        "simulation": {
+            "time_scale": time_scale,
+            "conductors": {"conductor": conductor},
+            "workers": {w: {"first_token_s": LATENCIES[w], **fixed} for w in descriptions},
+        },
+    }
+    (directory / f"{HOLD_POOL}.yaml").write_text(yaml.safe_dump(pool))
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def start_server(state: Path, pools: Path, database_url: str | None = None) -> Server:
+    """A `serve --http` process running this checkout's package, up and answering."""
+    import conductor_mcp
+    from conductor_mcp.models.local import free_port
+
     port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    with tempfile.TemporaryDirectory() as state:
-        env = {**os.environ, "CONDUCTOR_STATE_DIR": state, "CONDUCTOR_POOL": "sim",
-               "CONDUCTOR_SIM_TIME_SCALE": str(args.time_scale), "CONDUCTOR_LOG_LEVEL": "warning"}  # fmt: skip
-        server = subprocess.Popen(  # noqa: ASYNC220 (starting it does not block; it is polled below)
-            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--no-auth", "--port", str(port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+    package_root = str(Path(conductor_mcp.__file__).parents[1])  # the server runs the package this bench imports
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONDUCTOR_")}
+    env |= {
+        "CONDUCTOR_STATE_DIR": str(state),
+        "CONDUCTOR_POOL_PATH": str(pools),
+        "CONDUCTOR_POOL": HOLD_POOL,
+        "CONDUCTOR_HTTP_TOKEN": TOKEN,
+        "CONDUCTOR_LOG_LEVEL": "warning",
+        "PYTHONPATH": os.pathsep.join([package_root, env.get("PYTHONPATH", "")]),
+    }
+    if database_url:
+        env["CONDUCTOR_DATABASE_URL"] = database_url
+    state.mkdir(parents=True, exist_ok=True)
+    log = state / "server.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(port)],
+            env=env,
+            cwd=state,  # `-m` puts the working directory first on sys.path: not a checkout, PYTHONPATH decides
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    server = Server(proc, f"http://127.0.0.1:{port}/mcp", log)
+    try:
+        return await_ready(server, port)
+    except BaseException:
+        proc.kill()
+        raise
+
+
+def await_ready(server: Server, port: int) -> Server:
+    """The server once it answers a run; SystemExit with its log when it exits, fails or does not start."""
+    proc, log = server.proc, server.log
+    deadline = time.monotonic() + 90
+    while proc.poll() is None and time.monotonic() < deadline:
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise SystemExit("the server did not start") from None
-                    await asyncio.sleep(0.1)
-            await one(url, -1)  # warm-up: imports and first-use caches are not load
-            baseline = memory_kib(server.pid)["VmRSS"]
-            print(f"{args.concurrency} concurrent orchestrations per round over streamable HTTP, sim pool, "
-                  f"latency scale {args.time_scale}; server RSS after warm-up {baseline / 1024:.1f} MiB")  # fmt: skip
-            print(f"{'round':>5} {'runs/s':>8} {'p50 s':>7} {'p99 s':>7} {'p99/p50':>8} {'errors':>7} {'RSS MiB':>8}")
-            all_latencies, all_errors, rss = [], [], []
-            for round_number in range(1, args.rounds + 1):
-                started = time.perf_counter()
-                results = await asyncio.gather(*(one(url, i) for i in range(args.concurrency)))
-                wall = time.perf_counter() - started
-                latencies = sorted(r[0] for r in results)
-                errors = [r[1] for r in results if r[1]]
-                p50 = statistics.median(latencies)
-                p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-                rss.append(memory_kib(server.pid)["VmRSS"])
-                all_latencies += latencies
-                all_errors += errors
-                print(f"{round_number:>5} {len(results) / wall:>8.1f} {p50:>7.2f} {p99:>7.2f} {p99 / p50:>8.2f} "
-                      f"{len(errors):>7} {rss[-1] / 1024:>8.1f}")  # fmt: skip
-            all_latencies.sort()
-            p50 = statistics.median(all_latencies)
-            p99 = all_latencies[min(len(all_latencies) - 1, int(0.99 * len(all_latencies)))]
-            peak = memory_kib(server.pid)["VmHWM"]
-            growth = (rss[-1] - rss[0]) / 1024
-            print(f"all rounds: p50 {p50:.2f} s, p99 {p99:.2f} s, p99/p50 {p99 / p50:.2f} (target <= 2: "
-                  f"{'PASS' if p99 <= 2 * p50 else 'FAIL'}); errors {len(all_errors)} (target 0: "
-                  f"{'PASS' if not all_errors else 'FAIL'})")  # fmt: skip
-            print(f"server RSS: peak {peak / 1024:.1f} MiB; after round 1 {rss[0] / 1024:.1f} MiB, after round "
-                  f"{args.rounds} {rss[-1] / 1024:.1f} MiB (growth {growth:+.1f} MiB over "
-                  f"{args.concurrency * (args.rounds - 1)} more finished runs)")  # fmt: skip
-            for error in all_errors[:5]:
-                print(f"  error: {error}")
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            time.sleep(0.1)
+            continue
+        error = drive([server], [(0, "ping: what is 1 + 1?", CPU_POOL)], 1, 1)[1][0].error
+        if error is None:
+            return server
+        raise SystemExit(f"the server's first run failed: {error}\n{log.read_text()[-2000:]}")
+    raise SystemExit(f"the server did not start (exit {proc.wait()}):\n{log.read_text()[-2000:]}")
+
+
+def drive(
+    servers: list[Server],
+    runs: list[tuple[int, str, str]],
+    concurrency: int | None,
+    processes: int,
+    spacing_s: float = 0.0,
+) -> tuple[float, dict[int, Outcome], float]:
+    """Run `runs` from `processes` client processes (run i goes to server i mod len(servers)): `concurrency` at
+    a time, or with None one arriving every `spacing_s`. Returns (wall seconds from the first POST to the last
+    answer, outcomes by index, the clients' CPU seconds)."""
+    processes = max(1, min(processes, len(runs)))
+    start_at = time.time() + 1.0 + 0.001 * len(runs)  # every client is up and waiting before the first POST
+    lanes = None if concurrency is None else -(-concurrency // processes)
+    jobs: list[tuple[Path, subprocess.Popen[bytes]]] = []
+    folder = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    for p in range(processes):
+        share = [
+            [i, task, pool, servers[i % len(servers)].url, k * spacing_s]
+            for k, (i, task, pool) in enumerate(runs)
+            if k % processes == p
+        ]
+        job = folder / f"client{p}.json"
+        job.write_text(json.dumps({"runs": share, "concurrency": lanes, "start_at": start_at}))
+        jobs.append((job, subprocess.Popen([sys.executable, __file__, "--client", str(job)])))
+    if any([client.wait() for _, client in jobs]):  # every client ends (its runs do) before any is judged
+        raise SystemExit("a client process failed: see its stderr above")
+    replies = [json.loads(job.with_name(f"{job.name}.out").read_text()) for job, _ in jobs]
+    shutil.rmtree(folder)
+    outcomes = {int(i): Outcome(**o) for reply in replies for i, o in reply["outcomes"].items()}
+    wall = max(o.started + o.latency_s for o in outcomes.values()) - min(o.started for o in outcomes.values())
+    return wall, outcomes, sum(reply["cpu_s"] for reply in replies)
+
+
+def peak_in_flight(outcomes: dict[int, Outcome]) -> int:
+    """The most runs in flight at once, from their start and end times."""
+    edges = sorted(
+        [(o.started, 1) for o in outcomes.values()] + [(o.started + o.latency_s, -1) for o in outcomes.values()]
+    )
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+# ------------------------------------------------------------------------------------------- the phases
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def errors_of(outcomes: dict[int, Outcome]) -> list[str]:
+    return [o.error for o in outcomes.values() if o.error]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def litellm_ms_per_call(pools: Path, calls: int) -> tuple[float, float]:
+    """CPU ms of one direct litellm.acompletion on the sim pool, as the server makes it: (conductor, worker)."""
+    # isort: off
+    import conductor_mcp  # noqa: F401  (first: it points litellm at its bundled price map before litellm loads)
+    import litellm
+
+    # isort: on
+    from conductor_mcp.core.prompts import conductor_messages, worker_messages
+    from conductor_mcp.core.simulation import SimulationConfig
+    from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
+    from conductor_mcp.engine.conductor import response_format
+    from conductor_mcp.models import providers
+    from conductor_mcp.models.sim import SimCall
+    from conductor_mcp.pools import load_pool
+
+    pool = load_pool(CPU_POOL, [pools])
+    sim_call = SimCall(simulation=pool.simulation or SimulationConfig(), time_scale=0.0)
+    schema = response_format(pool.conductor, workflow_json_schema(pool.visible_ids(), pool.max_steps))
+    worker = pool.workers[0]
+    workflow = Workflow(steps=[Step(worker=pool.visible_ids()[0], instruction="Solve the task.", access=[])])
+    shapes = {
+        "conductor": providers._request(pool.conductor, [], sim_call, response_format=schema),
+        "worker": providers._request(worker, [], sim_call),
+    }
+    timings = []
+    for kind, request in shapes.items():
+        total = 0.0
+        for i in range(calls + 5):
+            task = HARD_TASK.format(i=i)
+            messages = (
+                conductor_messages(pool, pool.max_steps, task, None)
+                if kind == "conductor"
+                else worker_messages(task, None, workflow, 0, {})
+            )
+            started = time.process_time()
+            await litellm.acompletion(**{**request, "messages": messages, "metadata": {**request["metadata"]}})
+            total += (time.process_time() - started) if i >= 5 else 0.0  # the first calls warm caches
+        timings.append(total * 1000 / calls)
+    return timings[0], timings[1]
+
+
+@dataclass
+class CpuFigures:
+    runs: int
+    server_ms: float  # server CPU per run
+    client_ms: float  # the load generator's CPU per run
+    calls: float  # litellm calls per run
+    conductor_calls: float
+    throughput: float  # runs per second
+    progress: float  # progress notifications per run
+    errors: list[str] = field(default_factory=list)
+
+
+def cpu_phase(servers: list[Server], runs: int, concurrency: int, processes: int, first: int) -> CpuFigures:
+    """`runs` instant sim runs spread over `servers`: their CPU per run (all of them together) and throughput."""
+    work = [(first + i, HARD_TASK.format(i=first + i), CPU_POOL) for i in range(runs)]
+    before = sum(cpu_s(s.pid) for s in servers)
+    wall, outcomes, client = drive(servers, work, concurrency, processes)
+    used = sum(cpu_s(s.pid) for s in servers) - before
+    done = [o for o in outcomes.values() if not o.error]
+    calls = statistics.mean(o.calls for o in done) if done else 0.0
+    conductor_calls = statistics.mean(o.calls - o.worker_calls for o in done) if done else 0.0
+    progress = statistics.mean(o.progress for o in done) if done else 0.0
+    return CpuFigures(
+        runs,
+        used * 1000 / runs,
+        client * 1000 / runs,
+        calls,
+        conductor_calls,
+        runs / wall,
+        progress,
+        errors_of(outcomes),
+    )
+
+
+def report_cpu(cpu: CpuFigures, litellm_ms: tuple[float, float], concurrency: int) -> bool:
+    conductor_ms, worker_ms = litellm_ms
+    share = cpu.conductor_calls * conductor_ms + (cpu.calls - cpu.conductor_calls) * worker_ms
+    own = cpu.server_ms - share
+    print(
+        f"\nCPU: {cpu.runs} sim runs (time_scale {CPU_TIME_SCALE}), {concurrency} at a time: "
+        f"{cpu.throughput:.1f} runs/s, {cpu.progress:.1f} progress notifications per run"
+    )
+    print(f"   server CPU per run           {cpu.server_ms:7.2f} ms   (load generator: {cpu.client_ms:.2f} ms per run)")
+    workers = cpu.calls - cpu.conductor_calls
+    print(
+        f"   litellm's share per run      {share:7.2f} ms   ({cpu.calls:.2f} calls: {cpu.conductor_calls:.2f} conductor"
+        f" x {conductor_ms:.2f} ms + {workers:.2f} worker x {worker_ms:.2f} ms, timed directly through "
+        "litellm.acompletion in this run)"
+    )
+    ok = own <= 10.0 and not cpu.errors
+    print(f"   {verdict(ok)} server's own CPU per sim run {own:.2f} ms <= 10 ms; errors {len(cpu.errors)}")
+    for error in cpu.errors[:3]:
+        print(f"     error: {error}")
+    return ok
+
+
+async def sample_rss(pid: int, peaks: list[int], stop: asyncio.Event) -> None:
+    """The largest VmRSS seen while `stop` is unset, appended to `peaks`."""
+    peak = 0
+    while not stop.is_set():
+        peak = max(peak, memory_kib(pid))
+        await asyncio.sleep(0.2)
+    peaks.append(peak)
+
+
+async def hold_round(server: Server, first: int, args: argparse.Namespace) -> tuple[dict[int, Outcome], int, float]:
+    """One round: `concurrency` runs arriving evenly over one run's duration, so that when the first finishes all
+    are in flight. Returns the outcomes, the RSS peak during the round and the server's CPU seconds."""
+    work = [(first + i, HARD_TASK.format(i=first + i), HOLD_POOL) for i in range(args.concurrency)]
+    peaks: list[int] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_rss(server.pid, peaks, stop))
+    before = cpu_s(server.pid)
+    spacing = args.run_seconds / args.concurrency
+    _, outcomes, _ = await asyncio.to_thread(drive, [server], work, None, args.processes, spacing)
+    stop.set()
+    await sampler
+    return outcomes, peaks[0], cpu_s(server.pid) - before
+
+
+def solo_latency(server: Server, runs: int) -> float:
+    """The latency of a hold run alone (every hold run has the same simulated latency, whatever its shape)."""
+    latencies = []
+    for i in range(runs):
+        (outcome,) = drive([server], [(10**8 + i, HARD_TASK.format(i=10**8 + i), HOLD_POOL)], 1, 1)[1].values()
+        if outcome.error:
+            raise SystemExit(f"a solo run failed: {outcome.error}")
+        latencies.append(outcome.latency_s)
+    return statistics.median(latencies)
+
+
+async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
+    """Solo runs, then rounds that each bring `concurrency` runs in flight at once."""
+    solo = solo_latency(server, args.solo_runs)
+    print(
+        f"\nHold: {args.rounds} rounds of {args.concurrency} runs arriving over {args.run_seconds:.0f} s, each "
+        f"{args.run_seconds:.1f} s of simulated latency; solo latency {solo:.3f} s (median of {args.solo_runs})"
+    )
+    print(
+        f"   {'round':>5} {'in flight':>9} {'p50 over':>9} {'p99 over':>9} {'max over':>9} {'errors':>6} "
+        f"{'progress/run':>12} {'CPU ms/run':>10} {'RSS peak':>9} {'RSS after':>9}"
+    )
+    after: list[int] = []
+    overheads: list[float] = []
+    errors: list[str] = []
+    for round_number in range(args.rounds):
+        outcomes, peak, used = await hold_round(server, round_number * args.concurrency, args)
+        after.append(memory_kib(server.pid))
+        over = [(o.latency_s - solo) * 1000 for o in outcomes.values() if not o.error] or [float("inf")]
+        overheads += over
+        errors += errors_of(outcomes)
+        progress = statistics.mean(o.progress for o in outcomes.values())
+        print(
+            f"   {round_number + 1:>5} {peak_in_flight(outcomes):>9} {percentile(over, 0.5):>6.0f} ms "
+            f"{percentile(over, 0.99):>6.0f} ms {max(over):>6.0f} ms {len(errors_of(outcomes)):>6} "
+            f"{progress:>12.1f} {used * 1000 / len(outcomes):>10.2f} {peak / 1024:>5.0f} MiB "
+            f"{after[-1] / 1024:>5.0f} MiB"
+        )
+    p99 = percentile(overheads, 0.99)
+    growth = (after[-1] - after[0]) / after[0]
+    held = p99 < 250 and not errors
+    print(
+        f"   {verdict(held)} p99 overhead over solo {p99:.0f} ms < 250 ms (p50 {percentile(overheads, 0.5):.0f} ms) "
+        f"with {args.concurrency} runs in flight; errors {len(errors)}"
+    )
+    print(
+        f"   {verdict(abs(growth) <= 0.05)} memory flat across rounds: RSS after round 1 {after[0] / 1024:.0f} MiB, "
+        f"after round {args.rounds} {after[-1] / 1024:.0f} MiB ({growth:+.1%}, limit 5%); peak "
+        f"{memory_kib(server.pid, 'VmHWM') / 1024:.0f} MiB"
+    )
+    for error in errors[:3]:
+        print(f"     error: {error}")
+    return held and abs(growth) <= 0.05
+
+
+def replica_phase(args: argparse.Namespace, pools: Path, state: Path) -> bool:
+    """Throughput of one replica against --replicas on one PostgreSQL, the same CPU-bound load on each."""
+    from conductor_mcp.config import Settings
+
+    if urlsplit(args.database_url).scheme not in ("postgresql", "postgres"):
+        raise SystemExit("--database-url: expected postgresql://user:password@host:port/database")
+    if "database_url" not in Settings.model_fields:
+        raise SystemExit(
+            "--database-url: this checkout has no PostgreSQL store (Settings has no database_url, so "
+            "CONDUCTOR_DATABASE_URL would be ignored and each replica would use its own SQLite file)"
+        )
+    servers: list[Server] = []
+    try:
+        for replica in range(args.replicas):
+            try:
+                servers.append(start_server(state / f"replica{replica}", pools, args.database_url))
+            except SystemExit as exc:
+                raise SystemExit(f"--database-url: replica {replica} did not start on the database: {exc}") from None
+        cpu_phase(servers, 20, 4, 1, 10**7)  # warm-up of every replica
+        one = cpu_phase(servers[:1], args.cpu_runs, args.replica_concurrency, args.processes, 2 * 10**7)
+        many = cpu_phase(servers, args.cpu_runs, args.replica_concurrency, args.processes, 3 * 10**7)
+    finally:
+        stop(servers)
+    ratio = many.throughput / one.throughput
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"\nReplicas on PostgreSQL: {args.cpu_runs} sim runs (time_scale {CPU_TIME_SCALE}), "
+        f"{args.replica_concurrency} at a time"
+    )
+    print(
+        f"   1 replica:  {one.throughput:7.1f} runs/s, server CPU {one.server_ms:.2f} ms/run, errors {len(one.errors)}"
+    )
+    print(
+        f"   {args.replicas} replicas: {many.throughput:7.1f} runs/s, server CPU {many.server_ms:.2f} ms/run, "
+        f"errors {len(many.errors)}"
+    )
+    ok = ratio >= 1.8 and not one.errors and not many.errors
+    print(f"   {verdict(ok)} {args.replicas} replicas reach {ratio:.2f}x one replica's throughput (target >= 1.8x)")
+    if cores < 2 * args.replicas + 1:
+        print(
+            f"   note: this machine has {cores} cores for {args.replicas} replicas, PostgreSQL and the load generator "
+            f"together; past one core per replica the replicas only take CPU from each other, so the ratio here "
+            f"measures contention, not scale-out (it needs >= {2 * args.replicas + 1} free cores to mean that)"
+        )
+    return ok
+
+
+def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the server (collapsed stacks in `path`) until it gets SIGINT."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    return subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--output",
+            str(path),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--gil",
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+WRAPPERS = r"(BearerTokenMiddleware\.__call__|TasksExtension\.intercept_tool_call) "  # ours, around the SDK's work
+
+
+def blame(stack: list[str]) -> str:
+    """Who a sample of the server is charged to: litellm (any frame of it), the socket write of an HTTP response,
+    else the innermost conductor_mcp frame (the package's own code and what it calls), else the MCP SDK, the HTTP
+    server and the event loop."""
+    if any("litellm" in frame for frame in stack):
+        return "[litellm: inside its calls and its logging threads]"
+    if "RequestResponseCycle.send" in stack[-1]:
+        return "[socket writes of HTTP responses and SSE events]"
+    ours = [f for f in stack if "conductor_mcp/" in f and not re.search(r"conductor_mcp/(cli|__main__)\.py", f)]
+    if not ours or re.match(WRAPPERS, ours[-1]):
+        return "[MCP SDK, HTTP server, event loop]"
+    return re.sub(r":\d+\)$", ")", ours[-1])
+
+
+def top_frames(path: Path, count: int = 15) -> None:
+    """Where the server's samples went: litellm, socket writes, the innermost frame of conductor_mcp, the rest."""
+    charged: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        total += int(samples)
+        key = blame(stack.split(";"))
+        charged[key] = charged.get(key, 0) + int(samples)
+    print(f"\nprofile of the server: {total} samples at 250 Hz, GIL holder only (raw stacks in {path.name})")
+    for key, samples in sorted(charged.items(), key=lambda item: -item[1])[:count]:
+        print(f"  {100 * samples / total:5.1f}%  {key}")
+
+
+def stop(servers: list[Server]) -> None:
+    for server in servers:
+        server.proc.terminate()
+    for server in servers:
+        try:
+            server.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller and shorter: 150 runs of 6 s in flight, 2 rounds")
+    parser.add_argument("--concurrency", type=int, help="runs in flight at the peak of each hold round (default 1000)")
+    parser.add_argument("--rounds", type=int, help="hold rounds (default 3)")
+    parser.add_argument("--run-seconds", type=float, help="simulated latency of each hold run (default 30)")
+    parser.add_argument("--solo-runs", type=int, default=2, help="runs alone, for the solo latency")
+    parser.add_argument("--cpu-runs", type=int, help="sim runs for the CPU figures (default 400)")
+    parser.add_argument("--cpu-concurrency", type=int, default=8, help="sim runs at once, CPU phase")
+    parser.add_argument("--processes", type=int, default=2, help="client processes of the load generator")
+    parser.add_argument("--profile", type=Path, help="record the server with py-spy during the CPU phase, to FILE")
+    parser.add_argument("--skip-hold", action="store_true", help="only the CPU phase (with --profile, say)")
+    parser.add_argument("--database-url", help="postgresql://...: compare 1 replica with --replicas on it instead")
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--replica-concurrency", type=int, default=64, help="sim runs at once, replica mode")
+    args = parser.parse_args()
+    quick = {"concurrency": 150, "rounds": 2, "run_seconds": 6.0, "cpu_runs": 100}
+    full = {"concurrency": 1000, "rounds": 3, "run_seconds": HOLD_SECONDS, "cpu_runs": 400}
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        pools = Path(tmp) / "pools"
+        pools.mkdir()
+        write_pools(pools, args.run_seconds / HOLD_SECONDS)
+        if args.database_url:
+            return 0 if replica_phase(args, pools, Path(tmp)) else 1
+        server = start_server(Path(tmp) / "state", pools)
+        try:
+            cpu_phase([server], 20, args.cpu_concurrency, 1, -100)  # warm-up: first-use imports and caches
+            spy = profile(server.pid, args.profile) if args.profile else None
+            cpu = cpu_phase([server], args.cpu_runs, args.cpu_concurrency, args.processes, 0)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
+            held = args.skip_hold or await hold_phase(server, args)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
-    return 0
+            stop([server])
+        print(f"server: one process, pid CPU from /proc; {len(os.sched_getaffinity(0))} cores on this machine")
+        cpu_ok = report_cpu(cpu, await litellm_ms_per_call(pools, 100), args.cpu_concurrency)
+        if args.profile:
+            top_frames(args.profile)
+    return 0 if cpu_ok and held else 1
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    if sys.argv[1:2] == ["--client"]:
+        client_process(sys.argv[2])
+    else:
+        sys.exit(asyncio.run(main(arguments())))

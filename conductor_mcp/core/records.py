@@ -17,7 +17,7 @@ from pydantic import AliasChoices, BaseModel, Field
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
-from conductor_mcp.core.workflow import Repair, Workflow
+from conductor_mcp.core.workflow import Repair, Step, Workflow
 
 RunStatus = Literal["planned", "running", "done", "failed", "interrupted", "cancelled"]
 StepStatus = Literal["pending", "running", "done", "failed", "cancelled", "skipped"]
@@ -155,6 +155,20 @@ class Run(BaseModel):
             task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
             budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
         )  # fmt: skip
+
+    def follow(self, parent: Run, review: Step) -> None:
+        """Make this new run a follow-up of `parent`: the parent's finished steps, taken over as they are, then
+        `review` (the conductor as a worker who sees them all and the caller's feedback)."""
+        assert parent.workflow is not None
+        self.parent_id, self.max_depth = parent.id, max(self.max_depth, 1)
+        self.workflow = Workflow(
+            reasoning=f"Follow-up of run {parent.id}: the conductor reviews it with the caller's feedback.",
+            steps=[*parent.workflow.steps, review],
+        )
+        self.steps = [
+            step.model_copy(update={"inherited_from": parent.inherited_origin(step)})
+            for step in parent.steps if step.status == "done"
+        ]  # fmt: skip
 
     def mark_interrupted(self) -> list[int]:
         """Record that the process running this run died: the run interrupted, its running steps cancelled.

@@ -134,7 +134,10 @@ async def context_with_files(
 
 
 class ProgressRelay:
-    """Turns run events into MCP progress notifications; `progress` only grows, as the protocol requires."""
+    """Turns run events into MCP progress notifications; `progress` only grows, as the protocol requires.
+
+    Each notification is a message on the wire (an SSE event over HTTP), so events that arrive together (a step
+    finishing and the next starting, a fan-out's branches starting) come coalesced into one: see `collect`."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -152,7 +155,8 @@ async def collect(
     """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
     other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels it."""
     if not hand_over(run, detail):
-        run = await service.wait(run.id, wait_seconds, ProgressRelay(ctx), HEARTBEAT_S, cancel_on_exit=cancel_on_exit)
+        relay = ProgressRelay(ctx)
+        run = await service.wait(run.id, wait_seconds, relay, HEARTBEAT_S, cancel_on_exit=cancel_on_exit, coalesce=True)
     return run_result(run, detail, service.viewer_url(run.id))
 
 

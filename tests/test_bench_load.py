@@ -1,0 +1,40 @@
+"""tools/bench_load.py: its quick mode runs end to end against a real server and prints every target."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[1] / "tools" / "bench_load.py"
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONDUCTOR_")}
+    env["PYTHONPATH"] = str(BENCH.parents[1])
+    return subprocess.run([sys.executable, str(BENCH), *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_quick_mode_measures_the_server_and_prints_each_target() -> None:
+    done = bench("--quick", "--concurrency", "40", "--cpu-runs", "40")
+    out = done.stdout
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert re.search(r"(PASS|FAIL) server's own CPU per sim run [\d.]+ ms <= 10 ms; errors 0", out), out
+    assert re.search(r"(PASS|FAIL) p99 overhead over solo -?\d+ ms < 250 ms .* errors 0", out), out
+    assert re.search(r"(PASS|FAIL) memory flat across rounds", out), out
+    in_flight = re.search(r"^\s+2\s+(\d+)\s", out, re.MULTILINE)  # round 2: runs in flight at its peak
+    assert in_flight and int(in_flight.group(1)) >= 36, out  # all 40, less a late arrival or two on a busy machine
+    server_cpu = re.search(r"server CPU per run\s+([\d.]+) ms", out)
+    assert server_cpu and 1 < float(server_cpu.group(1)) < 1000, out  # read from /proc: the server did the work
+    assert done.returncode == (0 if out.count("FAIL") == 0 else 1), out
+
+
+def test_replica_mode_refuses_a_url_that_is_not_postgresql() -> None:
+    done = bench("--database-url", "sqlite:///runs.db")
+    assert done.returncode != 0
+    assert "--database-url: expected postgresql://" in done.stderr
