@@ -169,20 +169,22 @@ async def _view(args: argparse.Namespace, settings: Settings) -> int:
 
     from conductor_mcp.doors.http import base_url, serve_viewer
     from conductor_mcp.doors.viewer import ViewerAuth
-    from conductor_mcp.models.local import free_port
     from conductor_mcp.service import Service
 
     service, token = Service(settings), secrets.token_urlsafe(32)
     if args.run_id:
         service.get_run(args.run_id)  # an unknown run fails here, before anything is served
-    viewer, port = ViewerAuth(token), args.port or free_port()
+    viewer = ViewerAuth(token)
     target = f"/ui/runs/{quote(args.run_id, safe='')}" if args.run_id else "/ui/"
-    url = f"{base_url('127.0.0.1', port)}/ui/login?code={viewer.mint()}&next={quote(target, safe='')}"
-    _say(f"conductor-mcp: run viewer (read only) at {url}\n  a one-time link; Ctrl-C stops the viewer", flush=True)
-    if not args.no_browser:
-        with contextlib.suppress(webbrowser.Error):
-            webbrowser.open(url)
-    await serve_viewer(service, "127.0.0.1", port, token, viewer)
+
+    def announce(port: int) -> None:
+        url = f"{base_url('127.0.0.1', port)}/ui/login?code={viewer.mint()}&next={quote(target, safe='')}"
+        _say(f"conductor-mcp: run viewer (read only) at {url}\n  a one-time link; Ctrl-C stops the viewer", flush=True)
+        if not args.no_browser:
+            with contextlib.suppress(webbrowser.Error):
+                webbrowser.open(url)
+
+    await serve_viewer(service, "127.0.0.1", args.port or 0, token, viewer, announce)
     return EXIT_OK
 
 

@@ -196,15 +196,16 @@ class HttpServer:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.token_file = state_dir / "http-token"
         extra = {"CONDUCTOR_POOL_PATH": str(pool_dir)} if pool_dir else {}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port), *args],
-            env=server_env(state_dir, **extra, **env),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        # The server's log goes to a file: a pipe nobody reads fills up under load and blocks the server.
+        self.log_path = state_dir.parent / f"serve-http-{self.port}.log"
+        with self.log_path.open("wb") as log_file:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port), *args],
+                env=server_env(state_dir, **extra, **env), stdout=subprocess.DEVNULL, stderr=log_file,
+            )  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
+            assert self.proc.poll() is None, self.log_path.read_text(errors="replace")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return
@@ -221,9 +222,8 @@ class HttpServer:
         return Client(streamable_http_client(self.url, http_client=http_client))
 
     def stderr(self) -> str:
-        """What the server wrote on stderr (once it has stopped)."""
-        assert self.proc.stderr and self.proc.poll() is not None
-        return self.proc.stderr.read().decode()
+        """What the server has written on stderr."""
+        return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

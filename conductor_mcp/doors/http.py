@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,13 +224,18 @@ async def serve_http(
         await service.close()
 
 
-async def serve_viewer(service: Service, host: str, port: int, token: str, viewer: ViewerAuth) -> None:
-    """`conductor-mcp view`: the viewer alone on loopback until stopped."""
+async def serve_viewer(
+    service: Service, host: str, port: int, token: str, viewer: ViewerAuth, announce: Callable[[int], None]
+) -> None:
+    """`conductor-mcp view`: the viewer alone on loopback until stopped. `announce` hears the port (0 picks a
+    free one) once the socket listens, so the first click on the URL it prints is served."""
     import uvicorn
 
     register_secret(token)
+    sock = socket.create_server((host, port))
+    announce(sock.getsockname()[1])
     config = uvicorn.Config(
-        viewer_app(service, host, token, viewer), host=host, port=port, log_level="warning", access_log=False,
+        viewer_app(service, host, token, viewer), log_level="warning", access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )  # fmt: skip
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(config).serve(sockets=[sock])
