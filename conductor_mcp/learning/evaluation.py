@@ -28,23 +28,24 @@ from conductor_mcp.core.request import RunRequest
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import datasets
 from conductor_mcp.learning.code_checks import code_sandbox_problem
-from conductor_mcp.learning.sim_tasks import task_set
+from conductor_mcp.learning.sim_tasks import SIM_SETS
 from conductor_mcp.learning.strategies import Strategy, all_strategies, summarise
 from conductor_mcp.learning.verifiers import verify
 from conductor_mcp.service import Service
 
 
 def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    tasks = task_set(args.sim_tasks, args.seed) if args.sim_tasks else datasets.load(args.dataset)
+    tasks = SIM_SETS[args.sim_set](args.sim_tasks, args.seed) if args.sim_tasks else datasets.load(args.dataset)
     return tasks[: args.limit] if args.limit else tasks
 
 
 async def run_one(
     service: Service, pool: str, strategy: Strategy, task: dict[str, Any], allow_unsafe_local_exec: bool = False
 ) -> dict[str, Any]:
+    fixed_length = len(strategy.workflow.steps) if strategy.workflow else None  # a baseline may exceed the pool's
     request = RunRequest.of(
-        task=task["question"], pool=pool, max_steps=strategy.max_steps, metadata=datasets.metadata(task),
-        self_correct=strategy.self_correct,
+        task=task["question"], pool=pool, max_steps=strategy.max_steps or fixed_length,
+        metadata=datasets.metadata(task), self_correct=strategy.self_correct,
     )  # fmt: skip
     run = service.start(request, workflow=strategy.workflow)
     run = await service.wait(run.id, None, cancel_on_exit=True)
@@ -136,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="JSONL task file (see conductor_mcp/learning/datasets.py) or bundled:smoke")
     source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks")
+    parser.add_argument("--sim-set", choices=sorted(SIM_SETS), default="plain",
+                        help="structured: the testbed's tasks (pool sim-structured)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, help="only the first N tasks")
     parser.add_argument("--strategies", help="comma-separated names to run (default: all)")
