@@ -5,6 +5,7 @@ Needs the `train` extra; CI runs it in its own cached environment (.ci/run), els
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -13,8 +14,13 @@ import pytest
 pytest.importorskip("trl")
 from safetensors.torch import load_file
 
+from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import training as train_conductor
+from conductor_mcp.learning import warm_start
+from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
+from conductor_mcp.pools import load_pool
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
@@ -62,3 +68,37 @@ def test_cpu_scoring_of_completion_tokens_only_gives_the_same_log_probs(monkeypa
     completions_only = scored()
     for full, compact in zip(every_position, completions_only, strict=True):
         assert torch.allclose(full, compact, atol=1e-5) and bool(full[:, -3:].abs().sum() > 0)
+
+
+def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
+    """The whole-conductor path: SFT on the scripted testbed conductor's workflows, then GRPO on JSON workflows
+    with a cost term, continuing the same adapter; the held-out files feed tools/evaluate.py --workflows."""
+    model = convert_gguf.convert()
+    args = train_conductor.parse_args([
+        "--base-model", str(model), "--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4",
+        "--eval-tasks", "2", "--sft-steps", "2", "--sft-batch", "2", "--sft-lr", "1e-3", "--eval-warm-start",
+        "--steps", "1", "--questions", "1", "--group-size", "2", "--max-completion-length", "16", "--lr", "1e-4",
+        "--cost-weight", "0.2", "--max-steps-per-workflow", "3", "--lora-r", "4", "--lora-alpha", "8", "--seed", "2",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    card = train_conductor.train(args)
+    assert len(card["sft_losses"]) == 2 and all(math.isfinite(loss) for loss in card["sft_losses"])
+    assert len(card["losses"]) == 1 and len(card["reward_curve"]) == 1
+    assert set(card["held_out"]) == {"before", "after_sft", "after"} and set(card["wall_s"]) >= {"sft", "grpo"}
+    for label in ("before", "after_sft", "after"):
+        rows = [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
+        assert [r["task_id"] for r in rows] == ["tb-3-0", "tb-3-1"] and all(r["prompt_tokens"] > 100 for r in rows)
+    sft = load_file(tmp_path / "sft-adapter" / "adapter_model.safetensors")
+    final = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert set(sft) == set(final)  # GRPO continued the warm start's adapter rather than starting a new one
+    assert any(float(t.abs().sum()) > 0 for name, t in sft.items() if "lora_B" in name)
+    assert "SFT" in (tmp_path / "README.md").read_text() or "warm start" in (tmp_path / "README.md").read_text()
+
+
+def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    task = structured_task_set(2, seed=4)[0]
+    workflow = json.loads(warm_start.scripted_completion(pool, task, 3))
+    assert all(task["pitfall"] in step["instruction"] for step in workflow["steps"])
+    with pytest.raises(RequestError, match="simulated conductor"):
+        warm_start.scripted_completion(load_pool("local", [builtin_pool_dir()]), task, 3)
