@@ -238,14 +238,11 @@ def score_only_completions_on_cpu() -> None:
     trl_utils._use_triton = lambda device: device.type == "cpu" or use_triton(device)
 
 
-def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any,
-                  use_cpu: bool) -> Any:  # fmt: skip
-    """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
-    from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
-    from peft import LoraConfig
-    from trl import GRPOConfig, GRPOTrainer
+def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
+    """TRL's GRPO configuration for these arguments (tools/paper_recipe.py checks it constructs)."""
+    from trl import GRPOConfig
 
-    config = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
         temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
         per_device_train_batch_size=args.questions * args.group_size, max_completion_length=args.max_completion_length,
@@ -253,9 +250,18 @@ def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list
         vllm_mode="colocate", shuffle_dataset=False, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
         gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation
     )  # fmt: skip
+
+
+def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any,
+                  use_cpu: bool) -> Any:  # fmt: skip
+    """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
+    from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
+    from peft import LoraConfig
+    from trl import GRPOTrainer
+
     lora = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
     return GRPOTrainer(
-        model=policy, reward_funcs=[reward], args=config, train_dataset=Dataset.from_list(rows),
+        model=policy, reward_funcs=[reward], args=grpo_config(args, use_cpu), train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer, peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
     )  # fmt: skip
 

@@ -5,8 +5,11 @@ Needs the `train` extra; CI runs it in its own cached environment (.ci/run), els
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,13 +19,14 @@ from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import recipe, warm_start
 from conductor_mcp.learning import training as train_conductor
-from conductor_mcp.learning import warm_start
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
 from conductor_mcp.pools import load_pool
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
+RECIPE = Path(__file__).parents[2] / "tools" / "paper_recipe.py"
 
 
 def test_two_grpo_steps_change_the_adapter(tmp_path: Path) -> None:
@@ -102,3 +106,23 @@ def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:
     assert all(task["pitfall"] in step["instruction"] for step in workflow["steps"])
     with pytest.raises(RequestError, match="simulated conductor"):
         warm_start.scripted_completion(load_pool("local", [builtin_pool_dir()]), task, 3)
+
+
+def recipe_dry_run(*extra: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(RECIPE), "--dataset", "bundled:smoke", "--out", "conductor-7b", "--dry-run", *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_the_paper_recipe_dry_run_checks_everything_but_the_gpu() -> None:
+    """tools/paper_recipe.py --dry-run: the paper's hyperparameters, TRL accepting them with vLLM generation, the
+    data, the pool's keys and endpoints, the disk; a missing piece is named and the exit status is 2."""
+    missing = [name for name in recipe.PACKAGES if importlib.util.find_spec(name) is None]
+    done = recipe_dry_run("--set", "pool=sim", "--set", f"base-model={convert_gguf.convert()}")
+    assert done.returncode == (2 if missing else 0), done.stderr
+    assert "200 steps x 4 questions x 64 rollouts" in done.stdout and "lr 1e-06" in done.stdout
+    assert "--use-vllm" in done.stdout
+    problems = [line for line in done.stderr.splitlines() if line.startswith("paper_recipe: problem:")]
+    assert [p.split()[3].rstrip(":") for p in problems] == missing  # nothing but what this environment lacks
+    paper = recipe_dry_run()  # the paper's own pool: its API keys and worker servers are not here
+    assert paper.returncode == 2 and "OPENAI_API_KEY is not set" in paper.stderr
+    assert recipe_dry_run("--set", "learning-rate=1").returncode == 2  # argparse: not one of the recipe's values
