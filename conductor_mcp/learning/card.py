@@ -10,13 +10,20 @@ from typing import Any
 from conductor_mcp.core.pool import Pool
 
 
-def plot_curve(curve: list[float], path: Path) -> None:
+def plot_curve(curve: list[float], path: Path, sft_losses: list[float] | None = None) -> None:
+    """The learning curve: GRPO's mean reward per step, beside the warm start's SFT loss when there was one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, axes = plt.subplots(1, 2 if sft_losses else 1, figsize=(11 if sft_losses else 7, 4), squeeze=False)
+    if sft_losses:
+        loss_ax = axes[0][0]
+        loss_ax.plot(range(1, len(sft_losses) + 1), sft_losses, marker=".", color="tab:gray")
+        loss_ax.set(xlabel="SFT step (warm start)", ylabel="loss", yscale="log", title="Warm start")
+        loss_ax.grid(alpha=0.3)
+    ax = axes[0][-1]
     ax.plot(range(1, len(curve) + 1), curve, marker=".", label="mean reward per step")
     window = max(1, len(curve) // 10)
     smooth = [
@@ -24,9 +31,7 @@ def plot_curve(curve: list[float], path: Path) -> None:
         for i in range(len(curve))
     ]
     ax.plot(range(1, len(curve) + 1), smooth, label=f"moving mean ({window})")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("reward")
-    ax.set_ylim(-0.05, 1.05)
+    ax.set(xlabel="GRPO step", ylabel="reward", ylim=(-0.05, 1.05), title="GRPO")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -55,7 +60,7 @@ def write_card(
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
     }  # fmt: skip
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
-    plot_curve(curve, args.out / "reward_curve.png")
+    plot_curve(curve, args.out / "reward_curve.png", sft_losses)
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
     warm = (f"a supervised warm start of {args.sft_steps} steps on the sim conductor's workflows (SFT loss "
             f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then " if sft_losses else "")  # fmt: skip
