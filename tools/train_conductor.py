@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from conductor_mcp.errors import ConductorError
-from conductor_mcp.learning.training import parse_args, summary, train
+from conductor_mcp.learning.card import summary
+from conductor_mcp.learning.training import parse_args, train
 
 
 def main(argv: list[str] | None = None) -> int:

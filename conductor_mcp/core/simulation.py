@@ -5,6 +5,8 @@ so one pool's settings never change another's.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 DIFFICULTY = {"easy": (0.5, 0.5), "medium": (1.0, 1.0), "hard": (2.0, 0.75)}  # (token factor, skill factor)
@@ -20,6 +22,14 @@ class SimWorkerProfile(BaseModel):
     difficulty_adjusted: bool = Field(
         default=True, description="easy tasks raise the skill and hard ones lower it; false keeps it exact (testbeds)"
     )
+    focus_bonus: float = Field(
+        default=0.0, ge=0, le=1, description="added to the skill when the instruction names the task's pitfall"
+    )
+    review_skill: float | None = Field(
+        default=None, ge=0, le=1,
+        description="set: a worker shown answers keeps the right one with this chance, and fixes nothing it is not "
+        "shown (models/sim_testbed.py); unset: an unsure worker adopts the majority it sees",
+    )  # fmt: skip
 
     def skill(self, domain: str) -> float:
         return min(1.0, max(0.0, self.skills.get(domain, self.default_skill)))
@@ -39,6 +49,9 @@ class SimConductorProfile(BaseModel):
     malformed_rate: float = Field(default=0.0, ge=0, le=1)
     recursion_rate: float = Field(default=0.0, ge=0, le=1, description="how often a hard workflow ends with itself")
     always_recurse: bool = Field(default=False, description="names itself every time: a conductor that never stops")
+    style: Literal["plausible", "testbed"] = Field(
+        default="plausible", description="testbed: the scripted workflows of the structured testbed (sim_testbed.py)"
+    )
     first_token_s: float = Field(default=0.2, ge=0)
     tokens_per_s: float = Field(default=120.0, gt=0)
 

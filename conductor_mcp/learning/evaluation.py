@@ -24,36 +24,67 @@ from tqdm import tqdm
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.pool import Pool
+from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
-from conductor_mcp.errors import RequestError
+from conductor_mcp.core.workflow import parse_workflow, validate_workflow
+from conductor_mcp.errors import RequestError, WorkflowError
 from conductor_mcp.learning import datasets
 from conductor_mcp.learning.code_checks import code_sandbox_problem
-from conductor_mcp.learning.sim_tasks import task_set
-from conductor_mcp.learning.strategies import Strategy, all_strategies, summarise
+from conductor_mcp.learning.sim_tasks import SIM_SETS
+from conductor_mcp.learning.strategies import Strategy, all_strategies, summarise, written_by
 from conductor_mcp.learning.verifiers import verify
 from conductor_mcp.service import Service
 
 
 def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    tasks = task_set(args.sim_tasks, args.seed) if args.sim_tasks else datasets.load(args.dataset)
+    tasks = SIM_SETS[args.sim_set](args.sim_tasks, args.seed) if args.sim_tasks else datasets.load(args.dataset)
     return tasks[: args.limit] if args.limit else tasks
 
 
 async def run_one(
-    service: Service, pool: str, strategy: Strategy, task: dict[str, Any], allow_unsafe_local_exec: bool = False
+    service: Service, pool: Pool, strategy: Strategy, task: dict[str, Any], allow_unsafe_local_exec: bool = False
 ) -> dict[str, Any]:
+    workflow, conductor = strategy.workflow, _written_usage(pool, strategy, task)
+    if strategy.written is not None:
+        try:
+            text = strategy.written[task["id"]]["completion"]
+            workflow, _ = validate_workflow(parse_workflow(text), pool.offered_ids(), pool.max_steps)
+        except (KeyError, WorkflowError):  # no completion for the task, or none the server could run: wrong
+            return _row(strategy, task, False, "malformed", None, conductor)
+    fixed_length = len(workflow.steps) if workflow else None  # a baseline may exceed the pool's step limit
     request = RunRequest.of(
-        task=task["question"], pool=pool, max_steps=strategy.max_steps, metadata=datasets.metadata(task),
-        self_correct=strategy.self_correct,
+        task=task["question"], pool=pool.name, max_steps=strategy.max_steps or fixed_length,
+        metadata=datasets.metadata(task), self_correct=strategy.self_correct,
     )  # fmt: skip
-    run = service.start(request, workflow=strategy.workflow)
+    run = service.start(request, workflow=workflow)
     run = await service.wait(run.id, None, cancel_on_exit=True)
     correct = await asyncio.to_thread(verify, task, run.answer, allow_unsafe_local_exec)  # code runs in a sandbox
+    return _row(strategy, task, bool(correct), run.status, run, conductor)
+
+
+def _written_usage(pool: Pool, strategy: Strategy, task: dict[str, Any]) -> tuple[int, float]:
+    """The tokens and cost of a conductor that wrote its completion elsewhere, at the pool's conductor price."""
+    row = (strategy.written or {}).get(task["id"])
+    if not row:
+        return 0, 0.0
+    price, tokens = pool.conductor.price, row["prompt_tokens"] + row["completion_tokens"]
+    if price is None:
+        return tokens, 0.0
+    return tokens, (
+        row["prompt_tokens"] * price.input_per_mtok + row["completion_tokens"] * price.output_per_mtok
+    ) / 1e6
+
+
+def _row(
+    strategy: Strategy, task: dict[str, Any], correct: bool, status: str, run: Run | None, conductor: tuple[int, float]
+) -> dict[str, Any]:
+    totals = run.totals if run else None
     return {
         "strategy": strategy.name, "task_id": task["id"], "domain": task.get("domain", "general"),
-        "correct": bool(correct), "status": run.status, "run_id": run.id, "tokens": run.totals.total_tokens,
-        "cost_usd": run.totals.cost_usd, "calls": run.totals.calls, "steps": run.totals.steps,
-        "wall_s": run.totals.wall_s,
+        "correct": correct, "status": status, "run_id": run.id if run else None,
+        "tokens": (totals.total_tokens if totals else 0) + conductor[0],
+        "cost_usd": (totals.cost_usd if totals else 0.0) + conductor[1], "calls": totals.calls if totals else 0,
+        "steps": totals.steps if totals else 0, "wall_s": totals.wall_s if totals else 0.0,
     }  # fmt: skip
 
 
@@ -63,23 +94,23 @@ def write_report(out: Path, rows: list[dict[str, Any]], order: list[str], pool: 
         by_strategy[row["strategy"]].append(row)
     summary = {name: summarise(by_strategy[name]) for name in order if by_strategy[name]}
     moa = next((s for s in summary if s.startswith("moa")), None)
-    ratio = (
-        summary["conductor"]["tokens_per_task"] / summary[moa]["tokens_per_task"]
-        if moa and "conductor" in summary
-        else None
-    )
+    for m in summary.values():  # every strategy's tokens against Mixture-of-Agents', side by side
+        m["tokens_vs_moa"] = m["tokens_per_task"] / summary[moa]["tokens_per_task"] if moa else None
+    ratio = summary["conductor"]["tokens_vs_moa"] if "conductor" in summary else None
     report = {"pool": pool, "tasks": source, "strategies": summary, "conductor_vs_moa_tokens": ratio}
     (out / "results.json").write_text(json.dumps(report, indent=2))
     lines = [
         f"Pool `{pool}`, tasks `{source}`.",
         "",
-        "| strategy | accuracy | 95% CI | tokens/task | USD/task | calls/task | steps/task | s/task | failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| strategy | accuracy | 95% CI | tokens/task | tokens vs MoA | USD/task | calls/task | steps/task | s/task "
+        "| failed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in summary.items():
+        versus = f"{m['tokens_vs_moa']:.3f}" if m["tokens_vs_moa"] is not None else "-"
         lines.append(
             f"| {name} | {m['accuracy']:.3f} | {m['ci_low']:.3f}-{m['ci_high']:.3f} | {m['tokens_per_task']:.0f} | "
-            f"{m['usd_per_task']:.5f} | {m['calls_per_task']:.2f} | {m['steps_per_task']:.2f} | "
+            f"{versus} | {m['usd_per_task']:.5f} | {m['calls_per_task']:.2f} | {m['steps_per_task']:.2f} | "
             f"{m['wall_s_per_task']:.2f} | {m['failed_runs']} |"
         )
     if ratio is not None:
@@ -136,10 +167,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="JSONL task file (see conductor_mcp/learning/datasets.py) or bundled:smoke")
     source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks")
+    parser.add_argument("--sim-set", choices=sorted(SIM_SETS), default="plain",
+                        help="structured: the testbed's tasks (pool sim-structured)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, help="only the first N tasks")
     parser.add_argument("--strategies", help="comma-separated names to run (default: all)")
     parser.add_argument("--moa-layers", type=int, default=1)
+    parser.add_argument("--workflows", action="append", default=[], metavar="NAME=FILE",
+                        help="completions per task (a training run's held_out_*.jsonl), scored as NAME")  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("eval-out"))
     parser.add_argument("--unsafe-local-exec", action="store_true",
@@ -148,7 +183,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def chosen_strategies(pool: Pool, args: argparse.Namespace) -> list[Strategy]:
-    strategies = all_strategies(pool, args.moa_layers)
+    written = []
+    for entry in args.workflows:
+        name, sep, path = entry.partition("=")
+        if not sep or not Path(path).is_file():
+            raise RequestError(f"--workflows takes NAME=FILE with an existing file, got {entry!r}")
+        written.append(written_by(name, Path(path)))
+    strategies = written + all_strategies(pool, args.moa_layers)
     if not args.strategies:
         return strategies
     wanted = args.strategies.split(",")
@@ -176,7 +217,7 @@ async def evaluate(args: argparse.Namespace) -> str:
 
     async def job(strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
         async with limit:
-            return await run_one(service, pool.name, strategy, task, args.unsafe_local_exec)
+            return await run_one(service, pool, strategy, task, args.unsafe_local_exec)
 
     with cache.open("a") as sink, tqdm(total=len(jobs), desc="evaluating", file=sys.stderr, disable=not jobs) as bar:
         for finished in asyncio.as_completed([job(s, t) for s, t in jobs]):

@@ -36,3 +36,30 @@ def task_set(n: int, seed: int = 0, domains: Sequence[str] = SIM_DOMAINS) -> lis
             }
         tasks.append(task)
     return tasks
+
+
+PITFALLS = ("units", "sign", "rounding", "negation", "edge case", "off-by-one")
+STRUCTURED_MIX = (("easy", 0.5), ("hard", 0.5))
+
+
+def structured_task_set(n: int, seed: int = 0, domains: Sequence[str] = SIM_DOMAINS) -> list[dict[str, Any]]:
+    """Tasks of the structured testbed (models/sim_testbed.py): the question names domain, difficulty and pitfall,
+    all a conductor needs to pick the specialist, the workflow's shape and what each worker must check."""
+    rng = random.Random(seed)
+    tasks = []
+    for i in range(n):
+        domain = domains[i % len(domains)]
+        difficulty = rng.choices([d for d, _ in STRUCTURED_MIX], [w for _, w in STRUCTURED_MIX])[0]
+        pitfall = rng.choice(PITFALLS)
+        task: dict[str, Any] = {"id": f"tb-{seed}-{i}", "domain": domain, "difficulty": difficulty, "pitfall": pitfall}
+        head = f"{difficulty.capitalize()} {domain} task #{i}. Pitfall: {pitfall}."
+        if domain == "math":
+            task |= {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": f"{head} Compute the value."}
+        else:
+            task |= {"type": "multiple_choice", "answer": rng.choice("ABCD"), "choices": list("ABCD"),
+                     "question": f"{head} Choose A, B, C or D."}  # fmt: skip
+        tasks.append(task)
+    return tasks
+
+
+SIM_SETS = {"plain": task_set, "structured": structured_task_set}

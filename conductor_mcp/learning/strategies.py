@@ -6,8 +6,10 @@ same way); the baselines are fixed workflows, the conductor's are its own.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from conductor_mcp.core.pool import Pool
@@ -28,6 +30,14 @@ class Strategy:
     workflow: Workflow | None = None
     max_steps: int | None = None
     self_correct: bool = False
+    written: dict[str, dict[str, Any]] | None = None  # task id -> a conductor's completion and its token counts
+
+
+def written_by(name: str, path: Path) -> Strategy:
+    """A conductor that ran elsewhere (a trained adapter's greedy workflows, tools/train_conductor.py's
+    held_out_*.jsonl): its completion per task, run and scored like every other strategy."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return Strategy(name, written={row["task_id"]: row for row in rows})
 
 
 def single(worker: str) -> Strategy:

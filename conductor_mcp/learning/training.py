@@ -33,6 +33,7 @@ import asyncio
 import json
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,10 @@ from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import datasets
+from conductor_mcp.learning import card, datasets, warm_start
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
-from conductor_mcp.learning.sim_tasks import SIM_DOMAINS, task_set
+from conductor_mcp.learning.sim_tasks import SIM_DOMAINS, SIM_SETS
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.pools import load_pool
 from conductor_mcp.service import Service
@@ -60,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source.add_argument("--dataset", action="append", help="JSONL task file(s) (datasets.py); repeatable")
     source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks instead")
     parser.add_argument("--sim-domains", default=",".join(SIM_DOMAINS), help="domains of the simulator tasks")
+    parser.add_argument("--sim-set", choices=sorted(SIM_SETS), default="plain",
+                        help="structured: the testbed's tasks (pool sim-structured)")  # fmt: skip
     parser.add_argument("--eval-tasks", type=int, default=0, help="with --sim-tasks: held-out tasks to score")
     parser.add_argument("--eval-dataset", action="append", help="held-out JSONL task file(s)")
     parser.add_argument("--subpool-k", type=int, default=0, help="random k-of-n workers per prompt (0: all)")
@@ -77,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--recursion-steps", type=int, default=0, help="final steps with the conductor in its pool")
     parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
     parser.add_argument("--completion", choices=["workflow", "worker"], default="workflow")
+    parser.add_argument(
+        "--sft-steps", type=int, default=0, help="warm start: SFT steps on the sim conductor's workflows"
+    )
+    parser.add_argument("--sft-lr", type=float, default=2e-4)
+    parser.add_argument("--sft-batch", type=int, default=8)
+    parser.add_argument("--eval-warm-start", action="store_true", help="also score the held-out tasks after SFT")
     parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
     parser.add_argument("--unsafe-local-exec", action="store_true",
                         help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
@@ -96,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def training_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.sim_tasks:
-        return task_set(args.sim_tasks, args.seed, args.sim_domains)
+        return SIM_SETS[args.sim_set](args.sim_tasks, args.seed, args.sim_domains)
     return _load_all(args.dataset)
 
 
@@ -105,7 +114,7 @@ def held_out_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.eval_dataset:
         return _load_all(args.eval_dataset)
     if args.sim_tasks and args.eval_tasks:
-        return task_set(args.eval_tasks, args.seed + 1, args.sim_domains)
+        return SIM_SETS[args.sim_set](args.eval_tasks, args.seed + 1, args.sim_domains)
     return []
 
 
@@ -161,23 +170,45 @@ class Scorer:
         return asyncio.run_coroutine_threadsafe(batch, self.loop).result()
 
 
-def evaluate_policy(
-    args: argparse.Namespace, model: Any, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], scorer: Scorer
-) -> dict[str, Any]:
-    """Score the policy's greedy workflow for each held-out task: what it learned, without sampling luck."""
+def greedy_completions(
+    args: argparse.Namespace, model: Any, tokenizer: Any, prompts: list[str]
+) -> list[dict[str, Any]]:
+    """The policy's greedy completion of each prompt, with the conductor's own token counts."""
     import torch
 
-    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-    completions = []
+    done: list[dict[str, Any]] = []
     model.eval()
-    for start in range(0, len(rows), 16):
-        batch = tokenizer([r["prompt"] for r in rows[start : start + 16]], return_tensors="pt", padding=True,
+    for start in range(0, len(prompts), 16):
+        batch = tokenizer(prompts[start : start + 16], return_tensors="pt", padding=True,
                           padding_side="left").to(model.device)  # fmt: skip
         with torch.no_grad():
-            out = model.generate(**batch, max_new_tokens=args.max_completion_length, do_sample=False)
-        completions += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+            out = model.generate(
+                **batch, max_new_tokens=args.max_completion_length, do_sample=False, use_cache=True
+            )  # trainers may have turned the cache off
+        new = out[:, batch["input_ids"].shape[1] :]
+        written = (new != tokenizer.pad_token_id).sum(dim=1).tolist()
+        for text, n_in, n_out in zip(tokenizer.batch_decode(new, skip_special_tokens=True),
+                                     batch["attention_mask"].sum(dim=1).tolist(), written, strict=True):  # fmt: skip
+            done.append({"completion": text, "prompt_tokens": int(n_in), "completion_tokens": int(n_out)})
     model.train()
-    outcomes = scorer([completion_text(args, c) for c in completions], tasks, [pools[r["pool_name"]] for r in rows])
+    return done
+
+
+def evaluate_policy(
+    args: argparse.Namespace, model: Any, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], scorer: Scorer,
+    label: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Score the policy's greedy workflow for each held-out task: what it learned, without sampling luck.
+
+    The completions go to OUT/held_out_<label>.jsonl, which tools/evaluate.py --workflows scores beside the baselines.
+    """
+    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+    written = greedy_completions(args, model, tokenizer, [r["prompt"] for r in rows])
+    completions = [completion_text(args, w["completion"]) for w in written]
+    outcomes = scorer(completions, tasks, [pools[r["pool_name"]] for r in rows])
+    with (args.out / f"held_out_{label}.jsonl").open("w") as sink:
+        for task, w, text in zip(tasks, written, completions, strict=True):
+            sink.write(json.dumps({"task_id": task["id"], **w, "completion": text}) + "\n")
     by_domain: dict[str, list[bool]] = {}
     for task, outcome in zip(tasks, outcomes, strict=True):
         by_domain.setdefault(task.get("domain") or "all", []).append(outcome.correct)
@@ -187,31 +218,9 @@ def evaluate_policy(
         "well_formed": sum(o.well_formed for o in outcomes) / len(outcomes),
         "accuracy": sum(o.correct for o in outcomes) / len(outcomes),
         "accuracy_by_domain": {d: sum(v) / len(v) for d, v in sorted(by_domain.items())},
+        "steps_per_task": sum(o.steps for o in outcomes) / len(outcomes),
+        "worker_tokens_per_task": sum(o.tokens for o in outcomes) / len(outcomes),
     }
-
-
-def plot_curve(curve: list[float], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(range(1, len(curve) + 1), curve, marker=".", label="mean reward per step")
-    window = max(1, len(curve) // 10)
-    smooth = [
-        sum(curve[max(0, i - window + 1) : i + 1]) / len(curve[max(0, i - window + 1) : i + 1])
-        for i in range(len(curve))
-    ]
-    ax.plot(range(1, len(curve) + 1), smooth, label=f"moving mean ({window})")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("reward")
-    ax.set_ylim(-0.05, 1.05)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def score_only_completions_on_cpu() -> None:
@@ -229,15 +238,40 @@ def score_only_completions_on_cpu() -> None:
     trl_utils._use_triton = lambda device: device.type == "cpu" or use_triton(device)
 
 
+def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
+    """TRL's GRPO configuration for these arguments (tools/paper_recipe.py checks it constructs)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
+        temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
+        per_device_train_batch_size=args.questions * args.group_size, max_completion_length=args.max_completion_length,
+        logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
+        vllm_mode="colocate", shuffle_dataset=False, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
+        gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation
+    )  # fmt: skip
+
+
+def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any,
+                  use_cpu: bool) -> Any:  # fmt: skip
+    """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
+    from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
+    from peft import LoraConfig
+    from trl import GRPOTrainer
+
+    lora = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
+    return GRPOTrainer(
+        model=policy, reward_funcs=[reward], args=grpo_config(args, use_cpu), train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
+    )  # fmt: skip
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
     tasks, held_out = training_tasks(args), held_out_tasks(args)
     problem = code_sandbox_problem(tasks + held_out, args.unsafe_local_exec)
     if problem:  # before anything is loaded, not after the first batch of rollouts
         raise RequestError(problem)
-    from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
-    from peft import LoraConfig
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     configure_logging("error")
     score_only_completions_on_cpu()
@@ -260,84 +294,36 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         curve.append(sum(scores) / len(scores))
         return scores
 
-    config = GRPOConfig(
-        output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
-        temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
-        per_device_train_batch_size=args.questions * args.group_size, max_completion_length=args.max_completion_length,
-        logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
-        vllm_mode="colocate", shuffle_dataset=False, use_cpu=not args.use_vllm and not _has_gpu(),
-        bf16=False, disable_tqdm=True,
-    )  # fmt: skip
-    trainer = GRPOTrainer(
-        model=args.base_model, reward_funcs=[workflow_reward], args=config, train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer, peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
-                                                           target_modules="all-linear", task_type="CAUSAL_LM"),
-    )  # fmt: skip
-    evaluation = {"before": evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer)} if held_out else {}
+    use_cpu = not args.use_vllm and not _has_gpu()
+    clock, evaluation, wall = time.monotonic(), {}, {}
+    if held_out:  # the untrained base model as the conductor
+        evaluation["before"] = evaluate_policy(args, AutoModelForCausalLM.from_pretrained(args.base_model),
+                                               tokenizer, pool, held_out, scorer, "before")  # fmt: skip
+        wall["eval_before"], clock = time.monotonic() - clock, time.monotonic()
+    policy: Any = args.base_model
+    sft_losses: list[float] = []
+    if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
+        sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+        pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token)
+        policy, sft_losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
+        policy.save_pretrained(str(args.out / "sft-adapter"))  # kept: the warm start alone is a servable conductor
+        wall["sft"], clock = time.monotonic() - clock, time.monotonic()
+        if held_out and args.eval_warm_start:
+            evaluation["after_sft"] = evaluate_policy(args, policy, tokenizer, pool, held_out, scorer, "after_sft")
+            wall["eval_after_sft"], clock = time.monotonic() - clock, time.monotonic()
+    trainer = _grpo_trainer(args, policy, workflow_reward, rows, tokenizer, use_cpu)
     trainer.train()
+    wall["grpo"], clock = time.monotonic() - clock, time.monotonic()
     if held_out:
-        evaluation["after"] = evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer)
+        evaluation["after"] = evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer, "after")
+        wall["eval_after"] = time.monotonic() - clock
     adapter = args.out / "adapter"
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    return write_card(args, pool, adapter, curve, losses, evaluation)
-
-
-def write_card(
-    args: argparse.Namespace,
-    pool: Pool,
-    adapter: Path,
-    curve: list[float],
-    losses: list[float],
-    evaluation: dict[str, Any],
-) -> dict[str, Any]:
-    """The adapter's card (card.json, README.md) and reward curve, written next to it; returns the card."""
-    card = {
-        "base_model": args.base_model, "adapter": str(adapter), "pool": pool.name, "pool_digest": pool.digest(),
-        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})", "steps": args.steps,
-        "recipe": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "conductor_prompt": pool.conductor.prompt, "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
-        "held_out": evaluation,
-    }  # fmt: skip
-    (args.out / "card.json").write_text(json.dumps(card, indent=2))
-    plot_curve(curve, args.out / "reward_curve.png")
-    first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
-    (args.out / "README.md").write_text(
-        f"# Conductor adapter\n\nBase model `{args.base_model}`, LoRA r={args.lora_r}, trained with GRPO for "
-        f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
-        f"{sum(first) / len(first):.3f}, last fifth {sum(last) / len(last):.3f} (reward_curve.png).\n\n"
-        f"{held_out_summary(evaluation)}"
-        f"Serve it: `python tools/serve_conductor.py --model {args.base_model} --lora conductor={adapter}`, with "
-        f"`prompt: {pool.conductor.prompt}` under the pool's `conductor:` (the prompt it was trained on).\n"
-    )  # fmt: skip
-    return card
-
-
-def held_out_summary(evaluation: dict[str, Any]) -> str:
-    """Markdown lines comparing the greedy policy on held-out tasks before and after training."""
-    if not evaluation:
-        return ""
-    lines = [f"Greedy workflows on {evaluation['before']['tasks']} held-out tasks:\n"]
-    for when in ("before", "after"):
-        result = evaluation[when]
-        domains = ", ".join(f"{d} {a:.2f}" for d, a in result["accuracy_by_domain"].items())
-        lines.append(f"- {when} training: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
-                     f"({domains}), well-formed {result['well_formed']:.2f}\n")  # fmt: skip
-    return "".join(lines) + "\n"
+    return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall)
 
 
 def _has_gpu() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
-
-
-def summary(card: dict[str, Any]) -> str:
-    """What a finished training run prints: the reward curve's ends and the held-out comparison."""
-    curve = card["reward_curve"]
-    fifth = max(1, len(curve) // 5)
-    return (
-        f"{len(curve)} steps; mean reward first fifth {sum(curve[:fifth]) / fifth:.3f}, "
-        f"last fifth {sum(curve[-fifth:]) / fifth:.3f}; adapter in {card['adapter']}\n"
-        + held_out_summary(card["held_out"])
-    )

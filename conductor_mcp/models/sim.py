@@ -36,6 +36,7 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import CONDUCTOR_ID as SELF
 from conductor_mcp.core.records import messages_digest
 from conductor_mcp.core.simulation import DIFFICULTY, SimConductorProfile, SimulationConfig, SimWorkerProfile
+from conductor_mcp.models import sim_testbed as testbed
 from conductor_mcp.models import sim_tools
 
 PREFIX = "sim/"
@@ -86,7 +87,8 @@ def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: d
     shown, instruction = prompts.read_worker_prompt(prompt)
     difficulty = str(metadata.get("difficulty", "medium"))
     token_factor = DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[0]
-    skill = profile.skill_at(str(metadata.get("domain", "general")), difficulty)
+    focus = testbed.focused(instruction, metadata)
+    skill, review_skill = testbed.skills(profile, str(metadata.get("domain", "general")), difficulty, focus)
     completion_tokens = max(1, int(profile.output_tokens * token_factor * rng.uniform(0.7, 1.3)))
     reference = metadata.get("answer")
     excerpt = " ".join(instruction.split())[:200]
@@ -94,8 +96,13 @@ def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: d
         answer = "unknown (simulated worker: the task metadata has no reference answer)"
         return f"[{name}, simulated] Worked on: {excerpt}\nANSWER: {answer}", completion_tokens
     reference = str(reference)
-    draw = rng.random()
     seen = ANSWER_LINE.findall(shown)
+    if review_skill is not None and seen and testbed.keeps_right_answer(review_skill, reference, seen, rng):
+        text = f"[{name}, simulated] Worked on: {excerpt}\nBasis: reviewed the answers shown.\nANSWER: {reference}"
+        return text, completion_tokens
+    if review_skill is not None:
+        seen = []  # a reviewer that kept nothing solves alone: it cannot fix what it was not shown
+    draw = rng.random()
     if draw < skill:
         answer, basis = reference, "solved it"
     elif seen and draw < skill + (1 - skill) * UNSURE_SHARE:
@@ -148,6 +155,9 @@ def conductor_output(
     ranked = sorted(workers, key=lambda w: -_affinity(w[1], domain))
     best = ranked[0][0]
     work = prompts.read_correction_work(task)
+    if profile.style == "testbed" and work is None:
+        workflow = testbed.scripted_workflow(workers, metadata, max_steps)
+        return _malformed(workflow, rng) if rng.random() < profile.malformed_rate else json.dumps(workflow)
     if work is not None:
         steps, reasoning = _correction(work, ranked, domain, profile, can_recurse)
     elif profile.always_recurse and can_recurse:

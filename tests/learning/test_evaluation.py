@@ -112,3 +112,28 @@ async def test_one_command_report_reproducible_and_resumable(tmp_path: Path) -> 
     resumed = cache.read_text().splitlines()
     assert len(resumed) == 24 * 9 and resumed[:100] == lines[:100]
     assert strip(json.loads((tmp_path / "a" / "results.json").read_text())) == strip(first)
+
+
+async def test_a_trained_conductors_written_workflows_are_scored_beside_the_baselines(tmp_path: Path) -> None:
+    """--workflows NAME=FILE: completions written elsewhere (a trained adapter's) are run like every strategy; one
+    the server cannot run is wrong, and the conductor's own tokens are counted at the pool's conductor price."""
+    scripted = json.dumps({"reasoning": "hard math", "steps": [
+        {"worker": "model_0", "instruction": "Solve it. Check the units.", "access": []},
+        {"worker": "model_0", "instruction": "Solve it another way. Check the units.", "access": []},
+        {"worker": "model_5", "instruction": "Review both answers. Check the units.", "access": [0, 1]}]})  # fmt: skip
+    written = tmp_path / "held_out_after.jsonl"
+    rows = [{"task_id": f"tb-3-{i}", "completion": scripted if i else "not a workflow", "prompt_tokens": 100,
+             "completion_tokens": 50} for i in range(4)]  # fmt: skip
+    written.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "eval"
+    await evaluate(parse_args(["--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4", "--seed",
+                               "3", "--strategies", "trained,moa:1-layer", "--workflows", f"trained={written}",
+                               "--out", str(out)]))  # fmt: skip
+    report = json.loads((out / "results.json").read_text())["strategies"]
+    trained = report["trained"]
+    assert trained["failed_runs"] == 1 and trained["steps_per_task"] == 3 * 3 / 4
+    assert trained["tokens_per_task"] > 150 and 0 < trained["tokens_vs_moa"] < 1
+    assert report["moa:1-layer"]["steps_per_task"] == 7  # six workers and the aggregator: beyond the pool's limit
+    with pytest.raises(RequestError, match="--workflows"):
+        await evaluate(parse_args(["--pool", "sim", "--sim-tasks", "2", "--workflows", "x=/nonexistent",
+                                   "--out", str(out)]))  # fmt: skip

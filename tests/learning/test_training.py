@@ -5,7 +5,11 @@ Needs the `train` extra; CI runs it in its own cached environment (.ci/run), els
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +17,16 @@ import pytest
 pytest.importorskip("trl")
 from safetensors.torch import load_file
 
+from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import recipe, warm_start
 from conductor_mcp.learning import training as train_conductor
+from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
+from conductor_mcp.pools import load_pool
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
+RECIPE = Path(__file__).parents[2] / "tools" / "paper_recipe.py"
 
 
 def test_two_grpo_steps_change_the_adapter(tmp_path: Path) -> None:
@@ -62,3 +72,57 @@ def test_cpu_scoring_of_completion_tokens_only_gives_the_same_log_probs(monkeypa
     completions_only = scored()
     for full, compact in zip(every_position, completions_only, strict=True):
         assert torch.allclose(full, compact, atol=1e-5) and bool(full[:, -3:].abs().sum() > 0)
+
+
+def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
+    """The whole-conductor path: SFT on the scripted testbed conductor's workflows, then GRPO on JSON workflows
+    with a cost term, continuing the same adapter; the held-out files feed tools/evaluate.py --workflows."""
+    model = convert_gguf.convert()
+    args = train_conductor.parse_args([
+        "--base-model", str(model), "--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4",
+        "--eval-tasks", "2", "--sft-steps", "2", "--sft-batch", "2", "--sft-lr", "1e-3", "--eval-warm-start",
+        "--steps", "1", "--questions", "1", "--group-size", "2", "--max-completion-length", "16", "--lr", "1e-4",
+        "--cost-weight", "0.2", "--max-steps-per-workflow", "3", "--lora-r", "4", "--lora-alpha", "8", "--seed", "2",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    card = train_conductor.train(args)
+    assert len(card["sft_losses"]) == 2 and all(math.isfinite(loss) for loss in card["sft_losses"])
+    assert len(card["losses"]) == 1 and len(card["reward_curve"]) == 1
+    assert set(card["held_out"]) == {"before", "after_sft", "after"} and set(card["wall_s"]) >= {"sft", "grpo"}
+    for label in ("before", "after_sft", "after"):
+        rows = [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
+        assert [r["task_id"] for r in rows] == ["tb-3-0", "tb-3-1"] and all(r["prompt_tokens"] > 100 for r in rows)
+    sft = load_file(tmp_path / "sft-adapter" / "adapter_model.safetensors")
+    final = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert set(sft) == set(final)  # GRPO continued the warm start's adapter rather than starting a new one
+    assert any(float(t.abs().sum()) > 0 for name, t in sft.items() if "lora_B" in name)
+    assert "SFT" in (tmp_path / "README.md").read_text() or "warm start" in (tmp_path / "README.md").read_text()
+
+
+def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    task = structured_task_set(2, seed=4)[0]
+    workflow = json.loads(warm_start.scripted_completion(pool, task, 3))
+    assert all(task["pitfall"] in step["instruction"] for step in workflow["steps"])
+    with pytest.raises(RequestError, match="simulated conductor"):
+        warm_start.scripted_completion(load_pool("local", [builtin_pool_dir()]), task, 3)
+
+
+def recipe_dry_run(*extra: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(RECIPE), "--dataset", "bundled:smoke", "--out", "conductor-7b", "--dry-run", *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_the_paper_recipe_dry_run_checks_everything_but_the_gpu() -> None:
+    """tools/paper_recipe.py --dry-run: the paper's hyperparameters, TRL accepting them with vLLM generation, the
+    data, the pool's keys and endpoints, the disk; a missing piece is named and the exit status is 2."""
+    missing = [name for name in recipe.PACKAGES if importlib.util.find_spec(name) is None]
+    done = recipe_dry_run("--set", "pool=sim", "--set", f"base-model={convert_gguf.convert()}")
+    assert done.returncode == (2 if missing else 0), done.stderr
+    assert "200 steps x 4 questions x 64 rollouts" in done.stdout and "lr 1e-06" in done.stdout
+    assert "--use-vllm" in done.stdout
+    problems = [line for line in done.stderr.splitlines() if line.startswith("paper_recipe: problem:")]
+    assert [p.split()[3].rstrip(":") for p in problems] == missing  # nothing but what this environment lacks
+    paper = recipe_dry_run()  # the paper's own pool: its API keys and worker servers are not here
+    assert paper.returncode == 2 and "OPENAI_API_KEY is not set" in paper.stderr
+    assert recipe_dry_run("--set", "learning-rate=1").returncode == 2  # argparse: not one of the recipe's values

@@ -199,3 +199,54 @@ async def test_a_pools_simulation_settings_stay_its_own(tmp_path: Path, pool_dir
     run = await orchestrate(service, "What is 2+2?", pool="slow", metadata={"difficulty": "easy"})
     assert run.status == "done" and time.perf_counter() - started >= 0.3
     assert run.steps[0].latency_s >= 0.3
+
+
+# ------------------------------------------------------------------------------ the structured testbed's rules
+
+TESTBED = {"domain": "math", "answer": "42", "difficulty": "medium", "pitfall": "units"}
+
+
+def _right(profile: SimWorkerProfile, prompt: str, n: int = 1500) -> float:
+    return sum(_answer(worker_answer("w", profile, prompt.format(i=i), TESTBED)[0]) == "42" for i in range(n)) / n
+
+
+def test_an_instruction_naming_the_pitfall_raises_the_skill() -> None:
+    profile = SimWorkerProfile(skills={"math": 0.5}, focus_bonus=0.2)
+    generic = _right(profile, "# Task\nq{i}\n\n# Your instruction\nSolve it.")
+    focused = _right(profile, "# Task\nq{i}\n\n# Your instruction\nSolve it. Check the units.")
+    assert abs(generic - 0.5) < 0.05 and abs(focused - 0.7) < 0.05
+
+
+def test_a_reviewer_fixes_only_what_it_is_shown() -> None:
+    profile = SimWorkerProfile(skills={"math": 0.1}, review_skill=0.9)
+    shown_right = (
+        "# Task\nq{i}\n\n## Step 0: answer\nANSWER: 7\n\n## Step 1: answer\nANSWER: 42\n\n# Your instruction\nReview."
+    )
+    shown_wrong = (
+        "# Task\nq{i}\n\n## Step 0: answer\nANSWER: 7\n\n## Step 1: answer\nANSWER: 7\n\n# Your instruction\nReview."
+    )
+    # the right answer among those shown: kept 90% of the time (+10% * 10% solved alone); a wrong majority
+    # shown: the reviewer can only solve alone (10%), it does not follow the majority either
+    assert abs(_right(profile, shown_right) - 0.91) < 0.04 and abs(_right(profile, shown_wrong) - 0.1) < 0.03
+
+
+def test_the_scripted_testbed_conductor_writes_the_rewarded_shapes() -> None:
+    pool = parse_pool(
+        {**sim_pool_doc(), "workers": [
+            {"id": "m", "model": "sim/m", "description": "Strongest at math."},
+            {"id": "c", "model": "sim/c", "description": "Strongest at code."},
+            {"id": "r", "model": "sim/r", "description": "A cheap reviewer."},
+        ]}, source="test", default_name="testpool",
+    )  # fmt: skip
+    messages = prompts.conductor_messages(pool, 3, "Hard code task. Pitfall: sign.", None)
+    profile = SimConductorProfile(style="testbed")
+    hard = json.loads(conductor_output("c", profile, messages, {"domain": "code", "difficulty": "hard",
+                                                                 "pitfall": "sign"}, 3))  # fmt: skip
+    easy = json.loads(conductor_output("c", profile, messages, {"domain": "math", "difficulty": "easy",
+                                                                 "pitfall": "units"}, 3))  # fmt: skip
+    assert [(s["worker"], s["access"]) for s in hard["steps"]] == [("model_1", []), ("model_1", []),
+                                                                    ("model_2", [0, 1])]  # fmt: skip
+    assert len({s["instruction"] for s in hard["steps"]}) == 3 and all(
+        "sign" in s["instruction"] for s in hard["steps"]
+    )
+    assert [(s["worker"], s["instruction"]) for s in easy["steps"]] == [("model_0", "Solve it. Check the units.")]

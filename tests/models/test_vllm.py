@@ -6,6 +6,7 @@ the model is the embedded Gemma 3 270M converted by tools/convert_gguf.py. Skipp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import litellm
 import pytest
+from mcp.client import Client
 
 from conductor_mcp.config import Settings
+from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.models import local
 from conductor_mcp.models.local import free_port
 from conductor_mcp.service import Service
@@ -35,12 +38,38 @@ TOOLS = Path(__file__).parents[2] / "tools"
 ODD_IDS = ["qx-7f3a", "zv-19kd", "jm-0p2w"]  # no model writes these in valid JSON by chance
 
 
+# A LoRA adapter in PEFT's format for the model (what tools/train_conductor.py saves), small random weights: vLLM
+# serves it beside the base model as the conductor `conductor-lora`. Written with the vLLM environment's torch.
+MAKE_ADAPTER = """
+import json, sys, torch
+from pathlib import Path
+from safetensors.torch import save_file
+out, config = Path(sys.argv[1]), json.loads((Path(sys.argv[2]) / "config.json").read_text())
+dims = {"q_proj": config["num_attention_heads"] * config["head_dim"],
+        "v_proj": config["num_key_value_heads"] * config["head_dim"]}
+g, tensors = torch.Generator().manual_seed(0), {}
+for layer in range(config["num_hidden_layers"]):
+    for name, width in dims.items():
+        key = f"base_model.model.model.layers.{layer}.self_attn.{name}"
+        tensors[key + ".lora_A.weight"] = torch.randn(8, config["hidden_size"], generator=g) * 0.02
+        tensors[key + ".lora_B.weight"] = torch.randn(width, 8, generator=g) * 0.02
+out.mkdir(parents=True, exist_ok=True)
+save_file(tensors, str(out / "adapter_model.safetensors"))
+(out / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8,
+    "lora_alpha": 16, "lora_dropout": 0.0, "bias": "none", "target_modules": list(dims),
+    "base_model_name_or_path": sys.argv[2], "fan_in_fan_out": False, "modules_to_save": None}))
+"""
+
+
 @pytest.fixture(scope="module")
-def vllm_base() -> str:
+def vllm_base(tmp_path_factory: pytest.TempPathFactory) -> str:
     port = free_port()
+    adapter = tmp_path_factory.mktemp("adapter") / "lora"
+    subprocess.run([VLLM_PYTHON, "-c", MAKE_ADAPTER, str(adapter), MODEL_DIR], check=True)
     proc = subprocess.Popen(
         [sys.executable, str(TOOLS / "serve_conductor.py"), "--model", MODEL_DIR, "--cpu", "--port", str(port),
-         "--max-model-len", "4096", "--python", VLLM_PYTHON, "--startup-timeout", "400"],
+         "--max-model-len", "4096", "--python", VLLM_PYTHON, "--startup-timeout", "400",
+         "--lora", f"conductor-lora={adapter}"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -54,6 +83,10 @@ def vllm_base() -> str:
 def metric(base: str, name: str) -> float:
     text = urllib.request.urlopen(base.removesuffix("/v1") + "/metrics", timeout=10).read().decode()
     return sum(float(m) for m in re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+]+)$", text, re.M))
+
+
+def served_models(base: str) -> set[str]:
+    return {m["id"] for m in json.loads(urllib.request.urlopen(f"{base}/models", timeout=10).read())["data"]}
 
 
 def vllm_pool(pool_dir: Path, base: str, workers: list[dict]) -> None:
@@ -104,3 +137,28 @@ async def test_orchestrate_with_the_vllm_conductor_and_local_workers(vllm_base: 
     assert run.status == "done" and run.fallback_reason is None, (run.error, run.conductor_calls)
     assert all(s.answered_by == "local/gemma3-270m" for s in run.steps)
     assert time.monotonic() - started < 300
+
+
+async def test_a_lora_adapter_served_as_the_conductor_answers_orchestrate_through_the_mcp_door(
+    vllm_base: str, pool_dir: Path
+) -> None:
+    """The path a user of a trained conductor follows: tools/serve_conductor.py --lora NAME=ADAPTER, a pool whose
+    conductor is hosted_vllm/NAME with the compact prompt it was trained on, then `orchestrate` over MCP."""
+    assert {"conductor", "conductor-lora"} <= await asyncio.to_thread(served_models, vllm_base)
+    write_pool(pool_dir, {
+        "name": "adapter", "anonymize": True, "max_steps": 3,
+        "conductor": {"model": "hosted_vllm/conductor-lora", "api_base": vllm_base, "prompt": "compact",
+                      "structured_output": "json_schema", "max_text_chars": 80,
+                      "params": {"temperature": 0.0, "max_tokens": 300}},
+        "workers": [{"id": d, "model": f"sim/{d}", "description": f"Strongest at {d}."} for d in ("math", "code")],
+        "simulation": {"time_scale": 0},
+    })  # fmt: skip
+    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
+    async with Client(build_server(service)) as client:
+        result = await client.call_tool("orchestrate", {"task": "Easy math task. Pitfall: units.", "pool": "adapter"})
+    assert not result.is_error, result.content
+    data = result.structured_content
+    assert data["status"] == "done" and data["answer"] and data["steps"], data
+    run = service.store.load_run(data["run_id"])
+    assert run.conductor_model == "hosted_vllm/conductor-lora" and run.fallback_reason is None, run.conductor_calls
+    assert len(run.conductor_calls) == 1 and json.loads(run.conductor_calls[0].raw_output)["steps"]

@@ -1,0 +1,110 @@
+"""The card of a trained conductor: card.json, README.md and the reward curve, written next to its adapter."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from conductor_mcp.core.pool import Pool
+
+
+def plot_curve(curve: list[float], path: Path, sft_losses: list[float] | None = None) -> None:
+    """The learning curve: GRPO's mean reward per step, beside the warm start's SFT loss when there was one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2 if sft_losses else 1, figsize=(11 if sft_losses else 7, 4), squeeze=False)
+    if sft_losses:
+        loss_ax = axes[0][0]
+        loss_ax.plot(range(1, len(sft_losses) + 1), sft_losses, marker=".", color="tab:gray")
+        loss_ax.set(xlabel="SFT step (warm start)", ylabel="loss", yscale="log", title="Warm start")
+        loss_ax.grid(alpha=0.3)
+    ax = axes[0][-1]
+    ax.plot(range(1, len(curve) + 1), curve, marker=".", label="mean reward per step")
+    window = max(1, len(curve) // 10)
+    smooth = [
+        sum(curve[max(0, i - window + 1) : i + 1]) / len(curve[max(0, i - window + 1) : i + 1])
+        for i in range(len(curve))
+    ]
+    ax.plot(range(1, len(curve) + 1), smooth, label=f"moving mean ({window})")
+    ax.set(xlabel="GRPO step", ylabel="reward", ylim=(-0.05, 1.05), title="GRPO")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_card(
+    args: argparse.Namespace,
+    pool: Pool,
+    adapter: Path,
+    curve: list[float],
+    losses: list[float],
+    evaluation: dict[str, Any],
+    sft_losses: list[float],
+    wall: dict[str, float],
+) -> dict[str, Any]:
+    """The adapter's card (card.json, README.md) and reward curve, written next to it; returns the card."""
+    card = {
+        "base_model": _portable(args.base_model), "adapter": _portable(adapter), "pool": pool.name,
+        "pool_digest": pool.digest(),
+        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})", "steps": args.steps,
+        "recipe": {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()},
+        "conductor_prompt": pool.conductor.prompt, "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
+        "sft_steps": args.sft_steps, "sft_losses": sft_losses, "held_out": evaluation,
+        "wall_s": {k: round(v, 1) for k, v in wall.items()},
+    }  # fmt: skip
+    (args.out / "card.json").write_text(json.dumps(card, indent=2))
+    plot_curve(curve, args.out / "reward_curve.png", sft_losses)
+    first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
+    warm = (f"a supervised warm start of {args.sft_steps} steps on the sim conductor's workflows (SFT loss "
+            f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then " if sft_losses else "")  # fmt: skip
+    (args.out / "README.md").write_text(
+        f"# Conductor adapter\n\nBase model `{card['base_model']}`, LoRA r={args.lora_r}, trained with {warm}GRPO for "
+        f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
+        f"{sum(first) / len(first):.3f}, last fifth {sum(last) / len(last):.3f} (reward_curve.png).\n\n"
+        f"{held_out_summary(evaluation)}"
+        f"Serve it: `python tools/serve_conductor.py --model {card['base_model']} --lora conductor={card['adapter']}`, "
+        "with "
+        f"`prompt: {pool.conductor.prompt}` under the pool's `conductor:` (the prompt it was trained on).\n"
+    )  # fmt: skip
+    return card
+
+
+def held_out_summary(evaluation: dict[str, Any]) -> str:
+    """Markdown lines comparing the greedy policy on held-out tasks before and after training."""
+    if not evaluation:
+        return ""
+    lines = [f"Greedy workflows on {evaluation['before']['tasks']} held-out tasks:\n"]
+    names = {"before": "untrained", "after_sft": "after the SFT warm start", "after": "after GRPO"}
+    for when, name in names.items():
+        if when not in evaluation:
+            continue
+        result = evaluation[when]
+        domains = ", ".join(f"{d} {a:.2f}" for d, a in result["accuracy_by_domain"].items())
+        lines.append(f"- {name}: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
+                     f"({domains}), well-formed {result['well_formed']:.2f}, steps/task "
+                     f"{result.get('steps_per_task', 1.0):.2f}\n")  # fmt: skip
+    return "".join(lines) + "\n"
+
+
+def _portable(path: str | Path) -> str:
+    """A path as a card may show it: the home folder as ~ (committed cards name no machine paths)."""
+    text, home = str(path), str(Path.home())
+    return "~" + text[len(home) :] if text.startswith(home + "/") else text
+
+
+def summary(card: dict[str, Any]) -> str:
+    """What a finished training run prints: the reward curve's ends and the held-out comparison."""
+    curve = card["reward_curve"]
+    fifth = max(1, len(curve) // 5)
+    return (
+        f"{len(curve)} steps; mean reward first fifth {sum(curve[:fifth]) / fifth:.3f}, "
+        f"last fifth {sum(curve[-fifth:]) / fifth:.3f}; adapter in {card['adapter']}\n"
+        + held_out_summary(card["held_out"])
+    )

@@ -1,0 +1,66 @@
+"""A short supervised warm start before GRPO: the policy imitates the workflows a scripted sim conductor writes.
+
+Gemma 3 270M, untrained, writes no parseable workflow for the compact prompt (its held-out reward is the
+malformed 0), so GRPO alone has no signal to climb from within a CPU budget. A few TRL SFTTrainer steps on the
+scripted conductor's completions for the same prompts teach it the JSON format and a workable policy; GRPO then
+trains the same LoRA adapter on the reward (answer right, cost low). The warm start's targets come from the
+pool's own sim conductor (models/sim.py), answering exactly the prompts the policy is trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from conductor_mcp.core import prompts
+from conductor_mcp.core.pool import Pool
+from conductor_mcp.core.simulation import SimConductorProfile
+from conductor_mcp.errors import RequestError
+from conductor_mcp.models import sim
+
+
+def scripted_completion(pool: Pool, task: dict[str, Any], max_steps: int) -> str:
+    """The pool's sim conductor's workflow for this task (what the warm start imitates)."""
+    model = pool.conductor.model
+    if not sim.is_simulated(model):
+        raise RequestError(f"--sft-steps imitates a simulated conductor; pool {pool.name!r} uses {model!r}")
+    name = model.removeprefix(sim.PREFIX)
+    profile = (pool.simulation.conductors if pool.simulation else {}).get(name, SimConductorProfile())
+    profile = profile.model_copy(update={"malformed_rate": 0.0})  # imitate well-formed workflows only
+    messages = prompts.conductor_messages(pool, max_steps, task["question"], None)
+    return sim.conductor_output(name, profile, messages, task, max_steps)
+
+
+def sft_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], max_steps: int, eos: str) -> list[dict[str, str]]:
+    """Prompt-completion pairs: each GRPO prompt with the scripted conductor's answer, closed by EOS."""
+    return [
+        {"prompt": r["prompt"], "completion": scripted_completion(pools[r["pool_name"]], json.loads(r["task"]),
+                                                                  max_steps) + eos}
+        for r in rows
+    ]  # fmt: skip
+
+
+def warm_start(
+    args: argparse.Namespace, tokenizer: Any, pairs: list[dict[str, str]], use_cpu: bool
+) -> tuple[Any, list[float]]:
+    """SFT a fresh LoRA adapter on the pairs; returns the PEFT model (GRPO continues it) and the losses."""
+    from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(
+        output_dir=str(Path(args.out) / "sft"), max_steps=args.sft_steps, learning_rate=args.sft_lr,
+        per_device_train_batch_size=args.sft_batch, logging_steps=1, save_strategy="no", report_to="none",
+        seed=args.seed, use_cpu=use_cpu, bf16=False, disable_tqdm=True, completion_only_loss=True,
+        gradient_checkpointing=False, max_length=None,  # prompts come without BOS: the tokenizer adds it, as in GRPO
+    )  # fmt: skip
+    trainer = SFTTrainer(
+        model=args.base_model, args=config, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer,
+        peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear",
+                               task_type="CAUSAL_LM"),
+    )  # fmt: skip
+    trainer.train()
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    return trainer.model, losses
