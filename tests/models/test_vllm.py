@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -77,7 +78,9 @@ def vllm_base(tmp_path_factory: pytest.TempPathFactory) -> str:
     assert "vLLM is serving" in line, line
     yield f"http://127.0.0.1:{port}/v1"
     proc.terminate()
-    proc.wait(timeout=60)
+    proc.wait(timeout=40)  # vLLM's grace, then its whole process group is killed
+    with pytest.raises(OSError):  # nothing of vLLM is left serving
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
 def metric(base: str, name: str) -> float:
