@@ -216,6 +216,7 @@ def _step(run: Run, step: StepRecord) -> str:
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>",
         f'<h4>Instruction</h4><pre class="text">{_e(step.instruction)}</pre>',
         f'<h4>Output</h4><pre class="text output">{_e(step.output or "")}</pre>',
+        _client_tools(step),
         _attempts(step),
         f'<h4>Messages received</h4><div class="messages" data-src="{messages_url}?part=1">'
         f'<a href="{messages_url}">show the exact messages</a></div>',
@@ -225,6 +226,21 @@ def _step(run: Run, step: StepRecord) -> str:
         f'<details class="step status-{_e(step.status)}" id="step-{_e(step.key)}" data-key="{_e(step.key)}">'
         f'<summary>{summary}</summary><div class="step-body">{"".join(body)}</div></details>'
     )
+
+
+def _client_tools(step: StepRecord) -> str:
+    """A tool turn's results from the client, and the client's tools the step called (OpenAI door)."""
+    rows = [("result for", r.call_id, "", r.output) for r in step.tool_results]
+    rows += [("called", c.id, c.name, c.arguments) for c in step.tool_calls]
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr><td>{kind}</td><td>{_e(call)}</td><td>{_e(name)}</td><td><pre class="text">{_e(_short(text, 4000))}'
+        "</pre></td></tr>"
+        for kind, call, name, text in rows
+    )
+    head = "<tr><th></th><th>call id</th><th>tool</th><th>arguments / output</th></tr>"
+    return f'<h4>Client tools</h4><table class="attempts">{head}{body}</table>'
 
 
 def _attempts(step: StepRecord) -> str:
@@ -261,6 +277,10 @@ def messages_fragment(messages: list[dict[str, Any]] | None) -> str:
     for message in messages:
         content = message.get("content")
         text = content if isinstance(content, str) else json.dumps(content, indent=2, ensure_ascii=False)
+        if message.get("tool_calls"):  # an assistant turn that called the client's tools
+            text += "\n" + json.dumps(message["tool_calls"], indent=2, ensure_ascii=False)
+        if message.get("tool_call_id"):
+            text = f"(result for {message['tool_call_id']})\n{text}"
         items.append(
             f'<div class="message"><div class="role">{_e(message.get("role", "?"))}</div>'
             f'<pre class="text">{_e(text)}</pre></div>'

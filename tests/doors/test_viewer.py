@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from conductor_mcp.config import Settings
-from conductor_mcp.core.records import Run
+from conductor_mcp.core.records import Run, ToolResult
+from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.doors.viewer import COOKIE, ViewerAuth
@@ -146,6 +147,21 @@ async def test_a_run_page_shows_steps_outputs_and_messages_escaped(viewer_servic
         assert (await client.get(f"/ui/runs/{run.id}/steps/9/messages", headers=BEARER)).status_code == 400
         listed = (await client.get("/ui/", headers=BEARER)).text
         assert f'data-run="{run.id}"' in listed and "<script>window" not in listed
+
+
+async def test_a_tool_turn_shows_the_calls_and_the_clients_results_escaped(viewer_service: Service) -> None:
+    tools = ({"type": "function", "function": {"name": "lookup"}},)
+    request = RunRequest.of(task=f'Call lookup {{"q": "{XSS[:30]}"}} then answer.', pool="sim", tools=tools)
+    run = await viewer_service.wait(viewer_service.start(request).id, None)
+    (call,) = run.steps[-1].tool_calls
+    run = viewer_service.answer_tool_calls(run.id, [ToolResult(call_id=call.id, output=XSS)])
+    run = await viewer_service.wait(run.id, None)
+    async with serving(viewer_service) as client:
+        page = (await client.get(f"/ui/runs/{run.id}", headers=BEARER)).text
+        fragment = await client.get(f"/ui/runs/{run.id}/steps/{run.steps[-1].key}/messages?part=1", headers=BEARER)
+    assert page.count("<h4>Client tools</h4>") == 2 and f"<td>{call.id}</td><td>lookup</td>" in page
+    assert "&lt;script&gt;window.__xss=1" in page and "<script>window" not in page and "<img" not in page
+    assert f"(result for {call.id})" in fragment.text and "<script>window" not in fragment.text
 
 
 async def test_the_event_stream_reports_progress_then_the_end(
