@@ -16,7 +16,6 @@ a transaction-level advisory lock, so replicas starting together migrate one aft
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from typing import Any, LiteralString
 
@@ -34,9 +33,7 @@ from conductor_mcp.runs.store import (
     Store,
     StoreStats,
     build_run,
-    list_query,
     run_row,
-    run_summaries,
     step_row,
 )
 
@@ -98,6 +95,8 @@ class PostgresStore(Store):
     """Runs in a PostgreSQL database that several server processes, on several hosts, share."""
 
     backend = "postgresql"
+    MARK = "%s"
+    TOTALS_JSON = "(doc::jsonb -> 'totals')::text"
 
     def __init__(self, url: str, max_connections: int = 8) -> None:
         self.url = url
@@ -179,29 +178,9 @@ class PostgresStore(Store):
         steps = conn.execute("SELECT record FROM steps WHERE run_id = %s ORDER BY seq", (run_id,)).fetchall()
         return build_run(row[0], [r[0] for r in steps])
 
-    def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
+    def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
         with self.connection() as conn:
-            query = "SELECT messages FROM steps WHERE run_id = %s AND key = %s"
-            row = conn.execute(query, (run_id, key)).fetchone()
-        if row is None:
-            raise LookupError(f"run {run_id!r} has no step {key!r}")
-        return json.loads(row[0]) if row[0] else None
-
-    def list_runs(
-        self,
-        limit: int = 20,
-        status: str | None = None,
-        *,
-        pool: str | None = None,
-        parent_id: str | None = None,
-        before: tuple[str, str] | None = None,
-    ) -> list[dict[str, Any]]:
-        query, params = list_query(
-            "(doc::jsonb -> 'totals')::text", "%s", limit, status=status, pool=pool, parent_id=parent_id, before=before
-        )
-        with self.connection() as conn:
-            rows = conn.execute(query, params).fetchall()
-        return run_summaries(rows)
+            return conn.execute(query, params).fetchall()
 
     def size_bytes(self) -> int:
         """The tables' size on disk, indexes and TOAST included."""

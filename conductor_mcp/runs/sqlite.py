@@ -13,12 +13,11 @@ so two processes never both take the same run.
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
@@ -30,9 +29,7 @@ from conductor_mcp.runs.store import (
     Store,
     StoreStats,
     build_run,
-    list_query,
     run_row,
-    run_summaries,
     step_row,
 )
 
@@ -85,6 +82,8 @@ class SqliteStore(Store):
     """The embedded store: one SQLite file, shared safely by the tasks of one process and by several processes."""
 
     backend = "sqlite"
+    MARK = "?"
+    TOTALS_JSON = "json_extract(doc, '$.totals')"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -191,28 +190,9 @@ class SqliteStore(Store):
             raise RunNotFound(run_id)
         return build_run(row[0], [r[0] for r in steps])
 
-    def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
+    def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
         with self._guard():
-            row = self._db.execute("SELECT messages FROM steps WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
-        if row is None:
-            raise LookupError(f"run {run_id!r} has no step {key!r}")
-        return json.loads(row[0]) if row[0] else None
-
-    def list_runs(
-        self,
-        limit: int = 20,
-        status: str | None = None,
-        *,
-        pool: str | None = None,
-        parent_id: str | None = None,
-        before: tuple[str, str] | None = None,
-    ) -> list[dict[str, Any]]:
-        query, params = list_query(
-            "json_extract(doc, '$.totals')", "?", limit, status=status, pool=pool, parent_id=parent_id, before=before
-        )
-        with self._guard():
-            rows = self._db.execute(query, params).fetchall()
-        return run_summaries(rows)
+            return self._db.execute(query, params).fetchall()
 
     def file_bytes(self) -> int:
         """The store's size on disk: the database and its write-ahead log."""

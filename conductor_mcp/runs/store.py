@@ -20,7 +20,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, LiteralString
+from typing import Any, ClassVar, LiteralString
 
 from conductor_mcp.core.records import Run, StepRecord
 
@@ -100,6 +100,8 @@ class Store(ABC):
 
     backend: str
     location: str  # a file path or a URL without its password: what messages name
+    MARK: ClassVar[LiteralString]  # the backend's query parameter placeholder
+    TOTALS_JSON: ClassVar[LiteralString]  # its SQL for a run's totals as JSON text
 
     @abstractmethod
     def close(self) -> None: ...
@@ -125,10 +127,16 @@ class Store(ABC):
         """The run with its steps; RunNotFound when no run has that id."""
 
     @abstractmethod
+    def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
+        """The rows a read-only query returns, written with the backend's MARK placeholders."""
+
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
         """The exact messages a step's model received; LookupError when the run has no such step."""
+        rows = self._rows(f"SELECT messages FROM steps WHERE run_id = {self.MARK} AND key = {self.MARK}", (run_id, key))
+        if not rows:
+            raise LookupError(f"run {run_id!r} has no step {key!r}")
+        return json.loads(rows[0][0]) if rows[0][0] else None
 
-    @abstractmethod
     def list_runs(
         self,
         limit: int = 20,
@@ -141,6 +149,10 @@ class Store(ABC):
         """Runs newest first, as small summaries (RUN_SUMMARY_KEYS, no steps), filtered by status, pool and
         parent run (an empty filter: none). Paged by keyset, not offset: `before` is the (created_at, id) of the
         last row of the previous page. See `list_query`."""
+        query, params = list_query(
+            self.TOTALS_JSON, self.MARK, limit, status=status, pool=pool, parent_id=parent_id, before=before
+        )
+        return run_summaries(self._rows(query, params))
 
     @abstractmethod
     def stats(self) -> StoreStats: ...
