@@ -191,7 +191,7 @@ async def _view(args: argparse.Namespace, settings: Settings) -> int:
 def _http_token(args: argparse.Namespace, settings: Settings) -> str | None:
     """The token HTTP clients must send: CONDUCTOR_HTTP_TOKEN, else one kept in the state directory; None with
     --no-auth. Says on stderr where the token is and how to configure a client; never prints the token."""
-    from conductor_mcp.doors.http import WILDCARD_HOSTS, is_loopback, stored_token
+    from conductor_mcp.doors.http import base_url, is_loopback, stored_token
 
     if args.no_auth:
         if settings.http_token:
@@ -208,8 +208,7 @@ def _http_token(args: argparse.Namespace, settings: Settings) -> str | None:
         _say("conductor-mcp: HTTP clients must send CONDUCTOR_HTTP_TOKEN as 'Authorization: Bearer'", file=sys.stderr)
         return settings.http_token
     token, made = stored_token(settings.http_token_file)
-    host = "127.0.0.1" if args.host in WILDCARD_HOSTS else args.host
-    url = f"http://{f'[{host}]' if ':' in host else host}:{args.port}/mcp"
+    url = f"{base_url(args.host, args.port)}/mcp"
     path = shlex.quote(str(settings.http_token_file))
     headers = json.dumps({"Authorization": f"Bearer <the text of {settings.http_token_file}>"})
     _say(
