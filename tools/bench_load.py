@@ -499,9 +499,10 @@ async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
     )
     print(
         f"   {'round':>5} {'in flight':>9} {'p50 over':>9} {'p99 over':>9} {'max over':>9} {'errors':>6} "
-        f"{'progress/run':>12} {'CPU ms/run':>10} {'RSS peak':>9} {'RSS after':>9}"
+        f"{'progress/run':>12} {'CPU ms/run':>10} {'cores':>5} {'RSS peak':>9} {'RSS after':>9}"
     )
     after: list[int] = []
+    demand: list[float] = []  # cores of CPU the arrival rate asks for: CPU per run x runs per second
     overheads: list[float] = []
     errors: list[str] = []
     for round_number in range(args.rounds):
@@ -511,10 +512,11 @@ async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
         overheads += over
         errors += errors_of(outcomes)
         progress = statistics.mean(o.progress for o in outcomes.values())
+        demand.append(used / len(outcomes) * args.concurrency / args.run_seconds)
         print(
             f"   {round_number + 1:>5} {peak_in_flight(outcomes):>9} {percentile(over, 0.5):>6.0f} ms "
             f"{percentile(over, 0.99):>6.0f} ms {max(over):>6.0f} ms {len(errors_of(outcomes)):>6} "
-            f"{progress:>12.1f} {used * 1000 / len(outcomes):>10.2f} {peak / 1024:>5.0f} MiB "
+            f"{progress:>12.1f} {used * 1000 / len(outcomes):>10.2f} {demand[-1]:>5.2f} {peak / 1024:>5.0f} MiB "
             f"{after[-1] / 1024:>5.0f} MiB"
         )
     p99 = percentile(overheads, 0.99)
@@ -529,6 +531,11 @@ async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
         f"after round {args.rounds} {after[-1] / 1024:.0f} MiB ({growth:+.1%}, limit 5%); peak "
         f"{memory_kib(server.pid, 'VmHWM') / 1024:.0f} MiB"
     )
+    if max(demand) > 0.9:
+        print(
+            f"     the arrival rate asks for {max(demand):.2f} cores of CPU; a server process's event loop runs on "
+            "one, so requests queue: cut CPU per run, or add replicas"
+        )
     for error in errors[:3]:
         print(f"     error: {error}")
     return held and abs(growth) <= 0.05
