@@ -1,11 +1,11 @@
 """The run viewer under /ui/: the run list, a page per run, its live updates, and how a browser signs in.
 
 A door like the others: it reads runs through the service (never writes one) and renders them. Live updates
-are server-sent events fed by the same progress events the MCP door reports; for a run executing in another
-process (`conductor-mcp view` beside a stdio server) the server watches the store instead, so the browser never
-polls. Sign-in: the bearer header, or an HttpOnly SameSite=Strict cookie set from a one-time login code (the
-code is single-use, expires, and is not the token) or from the token posted in a form body; the token never
-travels in a URL.
+are server-sent events fed by the same progress events the MCP door reports, which replicas sharing PostgreSQL
+get from each other by NOTIFY; for a run executing in another process on a SQLite file (`conductor-mcp view`
+beside a stdio server) the server watches the store instead. The browser never polls. Sign-in: the bearer
+header, or an HttpOnly SameSite=Strict cookie set from a one-time login code (the code is single-use, expires,
+and is not the token) or from the token posted in a form body; the token never travels in a URL.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ class Viewer:
 
     async def _events(self, run_id: str) -> AsyncIterator[str]:
         yield _sse("progress", {"kind": "subscribed"})  # the page refreshes once: nothing before this is missed
-        if run_id in self.service.active:
+        if run_id in self.service.active or self.service.bus is not None:  # here, or on a replica that NOTIFYs
             async for doc in self._relay(run_id):
                 yield _sse("progress", doc)
         else:
@@ -230,7 +230,7 @@ class Viewer:
         yield _sse("end", {"status": self.service.get_run(run_id).status})
 
     async def _relay(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
-        """The progress events of a run executing in this process, as the MCP door gets them."""
+        """The progress events of a run executing in this process or on a replica, as the MCP door gets them."""
         queue: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
         waiter = asyncio.ensure_future(self.service.wait(run_id, None, queue.put, heartbeat_s=HEARTBEAT_S))
         waiter.add_done_callback(lambda _: queue.put_nowait(None))
@@ -241,7 +241,8 @@ class Viewer:
             waiter.cancel()  # the browser left: stop waiting (the run goes on)
 
     async def _watch_store(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
-        """A run executing in another process: the server reads the store and reports each change."""
+        """A run executing in another process on a SQLite file (no NOTIFY): the server reads the store and
+        reports each change."""
         seen = None
         quiet_since = time.monotonic()
         while True:

@@ -5,6 +5,7 @@ a finished step again (the simulator's call log proves it), and many runs at onc
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,25 @@ async def test_a_replica_that_loses_its_lease_stops_and_its_run_resumes_elsewher
     calls = worker_calls(call_log)
     for step in seen["steps"]:
         assert calls[step["messages_digest"]] == 1, (step["key"], calls)
+
+
+async def test_the_viewer_on_one_replica_streams_the_progress_of_a_run_executing_on_another(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    import httpx2
+
+    a, b = servers = _replicas(tmp_path, postgres_url, 2)
+    try:
+        started = await _call(a, "orchestrate", task="t", pool="replicated", wait_seconds=0)
+        token = b.token_file.read_text().strip()
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{b.port}", timeout=60) as client:
+            response = await client.get(
+                f"/ui/runs/{started['run_id']}/events", headers={"authorization": f"Bearer {token}"}
+            )
+        events = re.findall(r"event: (\w+)\ndata: (.*)\n\n", response.text)
+        assert events[-1][0] == "end" and '"done"' in events[-1][1], events
+        # The steps' own events, sent by replica A over NOTIFY: B did not read them off the store's changes.
+        assert sum('"step_finished"' in data for _, data in events) >= 3, events
+        assert not any('"changed"' in data for _, data in events), events
+    finally:
+        _stop(servers)
