@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import sys
 
-from conductor_mcp.errors import ConductorError
+from train_conductor import train_and_report  # tools/ is on sys.path: this script runs from it
+
 from conductor_mcp.learning import recipe
-from conductor_mcp.learning.card import summary
-from conductor_mcp.learning.training import train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,13 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if own.dry_run:
         print("dry run: every check but the GPU passed")
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    try:
-        print(summary(train(args)), end="")
-    except ConductorError as exc:
-        print(f"paper_recipe: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return train_and_report(args, "paper_recipe")
 
 
 if __name__ == "__main__":

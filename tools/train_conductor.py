@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from conductor_mcp.errors import ConductorError
@@ -9,15 +10,20 @@ from conductor_mcp.learning.card import summary
 from conductor_mcp.learning.training import parse_args, train
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def train_and_report(args: argparse.Namespace, program: str) -> int:
+    """Train into args.out and print the card's summary (tools/paper_recipe.py ends the same way). A
+    ConductorError (bad data, a missing sandbox, an unknown pool) is one line on stderr and exit status 2."""
     args.out.mkdir(parents=True, exist_ok=True)
     try:
         print(summary(train(args)), end="")
     except ConductorError as exc:
-        print(f"train_conductor: error: {exc}", file=sys.stderr)
+        print(f"{program}: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return train_and_report(parse_args(argv), "train_conductor")
 
 
 if __name__ == "__main__":
