@@ -1,8 +1,8 @@
 """Convert the embedded Gemma 3 270M GGUF into a Hugging Face model folder (for TRL training and vLLM).
 
-The GGUF is dequantised by transformers (with the `gguf` and `accelerate` packages), the quantisation metadata is dropped so the
-folder loads as a plain float model, and a Gemma chat template is written that starts with the BOS token: the
-GGUF carries none, and Gemma produces garbage without BOS. The folder is cached outside the checkout.
+The GGUF is dequantised by transformers (with the `gguf` and `accelerate` packages), the quantisation metadata
+is dropped so the folder loads as a plain float model, and a Gemma chat template is written that starts with the
+BOS token: the GGUF carries none, and Gemma produces garbage without BOS. The folder is cached outside the checkout.
 
     python tools/convert_gguf.py [--out DIR]      # default: ~/.cache/conductor-mcp/models/gemma3-270m-hf
 """
