@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import re
 import shlex
 import sys
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from conductor_mcp import __version__
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
+from conductor_mcp.runtime import run_async, settle_collector
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
@@ -115,15 +114,6 @@ def _runs_parser(sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
 
 
-def run_async(coro: Coroutine[Any, Any, int]) -> int:
-    """Run on uvloop where the platform has it."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
 async def _progress(event: Any) -> None:
     total = f"/{event.total_steps}" if event.total_steps else ""
     _say(f"[{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
@@ -150,13 +140,17 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
         token = _http_token(args, settings)
         service, viewer = Service(settings), ViewerAuth(token)
+        server = build_server(service)
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
-        await serve_http(build_server(service), service, args.host, args.port, token, args.allowed_host, viewer)
+        settle_collector()
+        await serve_http(server, service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
-        await serve_stdio(Service(settings))
+        service = Service(settings)
+        settle_collector()
+        await serve_stdio(service)
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "config"),
+    ("errors", "config", "runtime"),
     ("logs",),
     ("core",),
     ("models", "runs"),

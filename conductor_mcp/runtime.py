@@ -1,0 +1,35 @@
+"""How a conductor-mcp process runs: on uvloop's event loop, and, for a server, with a garbage collector set for
+many runs in flight at once."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Coroutine
+from typing import Any
+
+# A full collection after every 1,000 collections of the middle generation, not Python's 10. A run in flight keeps
+# ~330 tracked objects alive (its coroutines, events, records): with 1,000 runs in flight a full collection walks
+# ~330k objects in 0.17-0.30 s while every run waits, and finds next to nothing to free (0-450 objects). Measured
+# with tools/bench_load.py's hold (1,000 runs in flight, 3 rounds), p99 overhead: 1,311 ms with neither the freeze
+# nor this; with the freeze, 257 ms at 100 (a full collection still landed in a round) and 10 ms at 1,000, RSS +1.7%.
+FULL_COLLECTION_EVERY = 1000
+
+
+def run_async(coro: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop where the platform has it."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def settle_collector() -> None:
+    """Before a server starts serving: take what imports and start-up allocated (litellm, pydantic, the MCP SDK:
+    ~420k objects, a 0.2 s walk) out of the collector's reach for the process's life, and make full collections
+    rarer. Unreachable cycles are still freed, by the full collections that remain."""
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
