@@ -31,7 +31,7 @@ from conductor_mcp.errors import RequestError, WorkflowError
 from conductor_mcp.learning import datasets
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.sim_tasks import SIM_SETS
-from conductor_mcp.learning.strategies import Strategy, all_strategies, summarise, written_by
+from conductor_mcp.learning.strategies import Strategy, all_strategies, paired, summarise, written_by
 from conductor_mcp.learning.verifiers import verify
 from conductor_mcp.service import Service
 
@@ -97,7 +97,11 @@ def write_report(out: Path, rows: list[dict[str, Any]], order: list[str], pool: 
     for m in summary.values():  # every strategy's tokens against Mixture-of-Agents', side by side
         m["tokens_vs_moa"] = m["tokens_per_task"] / summary[moa]["tokens_per_task"] if moa else None
     ratio = summary["conductor"]["tokens_vs_moa"] if "conductor" in summary else None
-    report = {"pool": pool, "tasks": source, "strategies": summary, "conductor_vs_moa_tokens": ratio}
+    best = max((n for n in summary if n.startswith("single:")), key=lambda n: summary[n]["accuracy"], default=None)
+    for name, m in summary.items():
+        m["vs_best_single"] = None if best in (None, name) else paired(by_strategy[name], by_strategy[best])
+    report = {"pool": pool, "tasks": source, "strategies": summary, "conductor_vs_moa_tokens": ratio,
+              "best_single": best}  # fmt: skip
     (out / "results.json").write_text(json.dumps(report, indent=2))
     lines = [
         f"Pool `{pool}`, tasks `{source}`.",
@@ -118,9 +122,26 @@ def write_report(out: Path, rows: list[dict[str, Any]], order: list[str], pool: 
             "",
             f"Conductor tokens per task / Mixture-of-Agents tokens per task: **{ratio:.3f}** (1/{1 / ratio:.1f}).",
         ]
+    if best is not None:
+        lines += _paired_table(summary, best)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     plot(out, summary, by_strategy)
     return report
+
+
+def _paired_table(summary: dict[str, Any], best: str) -> list[str]:
+    lines = [
+        "",
+        f"Each strategy against the best single worker (`{best}`) on the same tasks: tasks only it got right, only "
+        f"`{best}` got right, and the exact McNemar p-value (two-sided).",
+        "",
+        "| strategy | only it right | only the best single right | p |",
+        "|---|---|---|---|",
+    ]
+    for name, m in summary.items():
+        if (versus := m["vs_best_single"]) is not None and not name.startswith("single:"):
+            lines.append(f"| {name} | {versus['wins']} | {versus['losses']} | {versus['p_value']:.2g} |")
+    return lines
 
 
 def plot(out: Path, summary: dict[str, Any], by_strategy: dict[str, list[dict[str, Any]]]) -> None:

@@ -107,6 +107,25 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def mcnemar_exact(wins: int, losses: int) -> float:
+    """Two-sided exact McNemar p-value: how likely a split of the discordant tasks at least this uneven is when
+    neither strategy is better (a fair coin over wins + losses tasks)."""
+    n = wins + losses
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired(rows: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, Any]:
+    """One strategy against another on the tasks both ran: the tasks only it got right (wins), only the other got
+    right (losses), and the exact McNemar p-value. Pairing removes the tasks' own spread of difficulty, which makes
+    two accuracy intervals on the same tasks overlap even when one strategy is better."""
+    other = {r["task_id"]: r["correct"] for r in baseline}
+    pairs = [(r["correct"], other[r["task_id"]]) for r in rows if r["task_id"] in other]
+    wins = sum(mine and not theirs for mine, theirs in pairs)
+    losses = sum(theirs and not mine for mine, theirs in pairs)
+    return {"tasks": len(pairs), "wins": wins, "losses": losses, "p_value": mcnemar_exact(wins, losses)}
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Metrics of one strategy from its per-task result rows."""
     n = len(rows)

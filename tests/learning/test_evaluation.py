@@ -10,7 +10,16 @@ import pytest
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning.evaluation import evaluate, parse_args
-from conductor_mcp.learning.strategies import all_strategies, conductor, mixture_of_agents, pipeline, router, single
+from conductor_mcp.learning.strategies import (
+    all_strategies,
+    conductor,
+    mcnemar_exact,
+    mixture_of_agents,
+    paired,
+    pipeline,
+    router,
+    single,
+)
 from conductor_mcp.service import Service
 from tests.conftest import start
 
@@ -103,6 +112,12 @@ async def test_one_command_report_reproducible_and_resumable(tmp_path: Path) -> 
     for name in ("accuracy_vs_cost.png", "steps_by_domain.png"):
         assert (tmp_path / "a" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| conductor |" in (tmp_path / "a" / "results.md").read_text()
+    best = first["best_single"]
+    assert best == max((n for n in first["strategies"] if n.startswith("single:")),
+                       key=lambda n: first["strategies"][n]["accuracy"])  # fmt: skip
+    versus = first["strategies"]["conductor"]["vs_best_single"]
+    assert versus["tasks"] == 24 and first["strategies"][best]["vs_best_single"] is None
+    assert f"| conductor | {versus['wins']} | {versus['losses']} |" in (tmp_path / "a" / "results.md").read_text()
 
     cache = tmp_path / "a" / "cache.jsonl"
     lines = cache.read_text().splitlines()
@@ -137,3 +152,12 @@ async def test_a_trained_conductors_written_workflows_are_scored_beside_the_base
     with pytest.raises(RequestError, match="--workflows"):
         await evaluate(parse_args(["--pool", "sim", "--sim-tasks", "2", "--workflows", "x=/nonexistent",
                                    "--out", str(out)]))  # fmt: skip
+
+
+def test_paired_comparison_counts_discordant_tasks_and_gives_the_exact_mcnemar_p() -> None:
+    mine = [{"task_id": f"t{i}", "correct": c} for i, c in enumerate([1, 1, 1, 0, 1, 0, 1])]
+    theirs = [{"task_id": f"t{i}", "correct": c} for i, c in enumerate([0, 0, 1, 1, 1, 0])]  # t6 not run
+    assert paired(mine, theirs) == {"tasks": 6, "wins": 2, "losses": 1, "p_value": 1.0}
+    assert mcnemar_exact(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)  # binomial(12, 1/2) tails
+    assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2) and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(20, 0) < 1e-5
