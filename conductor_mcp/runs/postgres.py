@@ -27,7 +27,7 @@ from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
 from conductor_mcp.logs import redact
 from conductor_mcp.runs.store import (
-    LIST_INDEXES,
+    MIGRATIONS,
     SCHEMA_VERSION,
     Pruned,
     Store,
@@ -37,17 +37,6 @@ from conductor_mcp.runs.store import (
     step_row,
 )
 
-MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
-    (
-        "CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, "
-        "status TEXT NOT NULL, parent_id TEXT, pool TEXT NOT NULL, task TEXT NOT NULL, doc TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at)",
-        "CREATE TABLE IF NOT EXISTS steps (run_id TEXT NOT NULL REFERENCES runs (id), key TEXT NOT NULL, "
-        "seq INTEGER NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL, messages TEXT, PRIMARY KEY (run_id, key))",
-    ),
-    LIST_INDEXES,  # 2: run lists by status, pool and parent, paged
-)
-assert len(MIGRATIONS) == SCHEMA_VERSION
 MIGRATION_LOCK = 0x636F6E64756374  # pg_advisory_xact_lock key while migrating ("conduct")
 CONNECT_TIMEOUT_S = 10
 

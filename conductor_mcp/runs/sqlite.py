@@ -23,7 +23,7 @@ from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
 from conductor_mcp.runs.private import private_dir, private_file
 from conductor_mcp.runs.store import (
-    LIST_INDEXES,
+    MIGRATIONS,
     SCHEMA_VERSION,
     Pruned,
     Store,
@@ -32,20 +32,6 @@ from conductor_mcp.runs.store import (
     run_row,
     step_row,
 )
-
-# Each migration takes a store from the version before it to its own; version 1 is the schema before versions
-# were recorded (its statements are idempotent, so a file from then adopts it as it is).
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        "CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, "
-        "status TEXT NOT NULL, parent_id TEXT, pool TEXT NOT NULL, task TEXT NOT NULL, doc TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at)",
-        "CREATE TABLE IF NOT EXISTS steps (run_id TEXT NOT NULL REFERENCES runs (id), key TEXT NOT NULL, "
-        "seq INTEGER NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL, messages TEXT, PRIMARY KEY (run_id, key))",
-    ),
-    LIST_INDEXES,  # 2: run lists by status, pool and parent, paged
-)
-assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
 def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:

@@ -36,14 +36,27 @@ RUN_SUMMARY_KEYS: tuple[LiteralString, ...] = (
     "task",
     "totals",
 )
-# Migration 2 of both backends: run lists filtered by status, pool or parent, paged by (created_at, id). Each index
-# ends in (created_at, id), so a page deep in the store costs what the first one does.
-LIST_INDEXES = (
+# Migration 2: run lists filtered by status, pool or parent, paged by (created_at, id). Each index ends in
+# (created_at, id), so a page deep in the store costs what the first one does.
+LIST_INDEXES: tuple[LiteralString, ...] = (
     "CREATE INDEX IF NOT EXISTS runs_by_time_id ON runs (created_at, id)",
     "CREATE INDEX IF NOT EXISTS runs_by_status_time ON runs (status, created_at, id)",
     "CREATE INDEX IF NOT EXISTS runs_by_pool_time ON runs (pool, created_at, id)",
     "CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id)",
 )
+# Both backends' migrations: each takes a store from the version before it to its own. Version 1 is the schema
+# before versions were recorded (its statements are idempotent, so a store from then adopts it as it is).
+MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
+    (
+        "CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, "
+        "status TEXT NOT NULL, parent_id TEXT, pool TEXT NOT NULL, task TEXT NOT NULL, doc TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at)",
+        "CREATE TABLE IF NOT EXISTS steps (run_id TEXT NOT NULL REFERENCES runs (id), key TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL, messages TEXT, PRIMARY KEY (run_id, key))",
+    ),
+    LIST_INDEXES,
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
 @dataclass

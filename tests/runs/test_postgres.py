@@ -16,8 +16,8 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StoreError
-from conductor_mcp.runs.postgres import MIGRATIONS, PostgresStore
-from conductor_mcp.runs.store import SCHEMA_VERSION
+from conductor_mcp.runs.postgres import PostgresStore
+from conductor_mcp.runs.store import MIGRATIONS, SCHEMA_VERSION
 from conductor_mcp.service import Service
 from tests.conftest import ask, sim_pool_doc, write_pool
 
