@@ -70,7 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--questions", type=int, default=4, help="questions per step")
     parser.add_argument("--group-size", type=int, default=64, help="rollouts per question (GRPO group)")
     parser.add_argument("--lr", type=float, default=1e-6)
-    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (the paper uses none)")
+    parser.add_argument("--beta", type=float, default=0.0,
+                        help="KL coefficient (paper: none); with --sft-steps, KL to the warm start")  # fmt: skip
     parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus: keeps small groups exploring")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-completion-length", type=int, default=1024)
