@@ -49,6 +49,13 @@ async def _call(server: HttpServer, tool: str, **arguments: Any) -> dict[str, An
     return result.structured_content or {}
 
 
+def _assert_each_step_called_once(call_log: Path, steps: list[dict[str, Any]]) -> None:
+    """The simulator's call log: every step of the finished run reached its worker exactly once."""
+    calls = worker_calls(call_log)
+    for step in steps:
+        assert calls[step["messages_digest"]] == 1, (step["key"], calls)
+
+
 def _stop(servers: list[HttpServer]) -> None:
     for server in servers:
         if server.proc.poll() is None:
@@ -90,9 +97,7 @@ async def test_kill_9_a_replica_mid_run_and_resume_on_another_calls_no_finished_
     finally:
         _stop(servers)
     assert seen["status"] == "done" and all(s["status"] == "done" and s["output"] for s in seen["steps"]), seen
-    calls = worker_calls(call_log)
-    for step in seen["steps"]:
-        assert calls[step["messages_digest"]] == 1, (step["key"], calls)
+    _assert_each_step_called_once(call_log, seen["steps"])
 
 
 async def test_four_replicas_fifty_runs_each_at_once_none_lost_or_doubled(tmp_path: Path, postgres_url: str) -> None:
@@ -142,9 +147,7 @@ async def test_a_replica_that_loses_its_lease_stops_and_its_run_resumes_elsewher
     finally:
         _stop(servers)
     assert seen["status"] == "done", seen
-    calls = worker_calls(call_log)
-    for step in seen["steps"]:
-        assert calls[step["messages_digest"]] == 1, (step["key"], calls)
+    _assert_each_step_called_once(call_log, seen["steps"])
 
 
 async def test_the_viewer_on_one_replica_streams_the_progress_of_a_run_executing_on_another(
