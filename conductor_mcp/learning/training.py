@@ -123,6 +123,20 @@ def _load_all(paths: list[str]) -> list[dict[str, Any]]:
     return [task for path in paths for task in datasets.load(path)]
 
 
+def prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The chat-templated prompt as text that TRL and generate() tokenize to the ids a server sends the model.
+
+    TRL tokenizes a text prompt with the tokenizer's special tokens, and vLLM renders the same template with its
+    BOS. A tokenizer that adds BOS itself would double the template's, so it is stripped; one that does not (the
+    tokenizer converted from the embedded GGUF) must keep it, or the policy trains on prompts it is never served.
+    """
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    bos_id = tokenizer.bos_token_id
+    if bos_id is not None and tokenizer("x")["input_ids"][:1] == [bos_id]:
+        text = text.removeprefix(tokenizer.bos_token)
+    return text
+
+
 def build_rows(
     args: argparse.Namespace, pool: Pool, tokenizer: Any, tasks: list[dict[str, Any]], count: int, recursion_rows: int
 ) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
@@ -136,8 +150,7 @@ def build_rows(
             sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
         pools[sub.name] = sub
         messages = prompts.conductor_messages(sub, args.max_steps_per_workflow, task["question"], None)
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        text = text.removeprefix(tokenizer.bos_token or "")  # the trainer's tokenizer adds BOS itself
+        text = prompt_text(tokenizer, messages)
         if args.completion == "worker":
             text += WORKER_PREFILL
         rows.append({"prompt": text, "task": json.dumps(task), "pool_name": sub.name})

@@ -54,7 +54,7 @@ def warm_start(
         output_dir=str(Path(args.out) / "sft"), max_steps=args.sft_steps, learning_rate=args.sft_lr,
         per_device_train_batch_size=args.sft_batch, logging_steps=1, save_strategy="no", report_to="none",
         seed=args.seed, use_cpu=use_cpu, bf16=False, disable_tqdm=True, completion_only_loss=True,
-        gradient_checkpointing=False, max_length=None,  # prompts come without BOS: the tokenizer adds it, as in GRPO
+        gradient_checkpointing=False, max_length=None,  # prompts carry one BOS (training.prompt_text), as in GRPO
     )  # fmt: skip
     trainer = SFTTrainer(
         model=args.base_model, args=config, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer,

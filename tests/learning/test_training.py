@@ -18,6 +18,7 @@ pytest.importorskip("trl")
 from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.core import prompts
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import recipe, warm_start
 from conductor_mcp.learning import training as train_conductor
@@ -97,6 +98,22 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     assert set(sft) == set(final)  # GRPO continued the warm start's adapter rather than starting a new one
     assert any(float(t.abs().sum()) > 0 for name, t in sft.items() if "lora_B" in name)
     assert "SFT" in (tmp_path / "README.md").read_text() or "warm start" in (tmp_path / "README.md").read_text()
+
+
+@pytest.mark.parametrize("add_bos_token", [False, True])
+def test_training_prompts_tokenize_to_the_ids_a_server_sends(add_bos_token: bool) -> None:
+    """vLLM renders the chat template with its BOS; the trainers tokenize the prompt text themselves and must get
+    the same ids whether or not the tokenizer adds a BOS of its own (the converted embedded one does not)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(convert_gguf.convert(), add_bos_token=add_bos_token)
+    assert (tokenizer("x")["input_ids"][0] == tokenizer.bos_token_id) is add_bos_token
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    messages = prompts.conductor_messages(pool, 3, structured_task_set(1, seed=5)[0]["question"], None)
+    served = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=True)
+    trained = tokenizer(train_conductor.prompt_text(tokenizer, messages))["input_ids"]
+    bos = tokenizer.bos_token_id
+    assert trained == served["input_ids"] and trained[0] == bos and trained.count(bos) == 1
 
 
 def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:
