@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from conductor_mcp.config import child_environment, environment_value
 
@@ -85,18 +86,34 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def pool_settings(args: argparse.Namespace) -> str:
-    """The conductor block of a pool file for this server (the LoRA's name when one is served)."""
-    name = args.lora[0].split("=", 1)[0] if args.lora else args.served_model_name
-    lines = [
-        "conductor:",
-        f"  model: hosted_vllm/{name}",
-        f"  api_base: http://{args.host}:{args.port}/v1",
-        "  structured_output: json_schema",
-        "  price: {input_per_mtok: 0.05, output_per_mtok: 0.1}   # your cost of serving it",
-    ]
+    """The conductor block of a pool file for this server (the LoRA's name when one is served).
+
+    An adapter from tools/train_conductor.py is served as it was trained: the conductor prompt its card names,
+    and no grammar. It writes the JSON it learned, spaces included, and the no-whitespace grammar pushes it off
+    that format: a served warm start picked its own greedy workers on 6 of 16 held-out tasks with the grammar,
+    15 of 16 without (README "A whole conductor on the structured testbed"). The server still validates it.
+    """
+    name, _, adapter = args.lora[0].partition("=") if args.lora else (args.served_model_name, "", "")
+    lines = ["conductor:", f"  model: hosted_vllm/{name}", f"  api_base: http://{args.host}:{args.port}/v1"]
     if args.api_key_env:
-        lines.insert(3, f"  api_key_env: {args.api_key_env}")
+        lines.append(f"  api_key_env: {args.api_key_env}")
+    if adapter:
+        prompt = trained_prompt(adapter)
+        lines.append(f"  prompt: {prompt}" if prompt else "  # prompt: the one the adapter was trained on")
+        lines.append("  structured_output: none   # the adapter writes the JSON it was trained on")
+    else:
+        lines.append("  structured_output: json_schema")
+    lines.append("  price: {input_per_mtok: 0.05, output_per_mtok: 0.1}   # your cost of serving it")
     return "\n".join(lines)
+
+
+def trained_prompt(adapter: str) -> str | None:
+    """The conductor prompt (full or compact) in the card train_conductor writes beside the adapter, if any."""
+    try:
+        prompt = json.loads((Path(adapter).parent / "card.json").read_text()).get("conductor_prompt")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return prompt if prompt in ("full", "compact") else None
 
 
 def wait_healthy(base: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -30,13 +30,28 @@ def test_gpu_command_has_the_flags_that_matter(monkeypatch: pytest.MonkeyPatch) 
     assert "--tensor-parallel-size 2" in joined and "--data-parallel-size 2" in joined
     assert "--gpu-memory-utilization 0.85" in joined and "k" * 20 not in joined  # the key is not on the line
     assert serve_conductor.environment(args)["VLLM_API_KEY"] == "k" * 20
-    settings = yaml.safe_load(serve_conductor.pool_settings(args).split("#")[0])
+    settings = yaml.safe_load(serve_conductor.pool_settings(args))
     assert (
         settings["conductor"]["model"] == "hosted_vllm/conductor"
         and settings["conductor"]["api_key_env"] == "MY_VLLM_KEY"
     )
     pool = parse_pool({**settings, "workers": [{"id": "w", "model": "sim/w", "description": "d"}]}, "t", "t")
-    assert pool.conductor.structured_output == "json_schema"
+    assert pool.conductor.structured_output == "none"  # a trained adapter writes its own JSON, spaces and all
+    assert "# prompt: the one the adapter was trained on" in serve_conductor.pool_settings(args)  # no card beside it
+
+
+def test_the_pool_settings_serve_an_adapter_with_the_prompt_its_card_names(tmp_path: Path) -> None:
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "card.json").write_text(json.dumps({"conductor_prompt": "compact"}))  # what train_conductor writes
+    trained = serve_conductor.parse_args(["--model", "/models/gemma", "--lora", f"c={tmp_path / 'adapter'}"])
+    base = serve_conductor.parse_args(["--model", "/models/gemma"])
+    workers = [{"id": "w", "model": "sim/w", "description": "d"}]
+    adapter, plain = (
+        parse_pool({**yaml.safe_load(serve_conductor.pool_settings(a)), "workers": workers}, "t", "t").conductor
+        for a in (trained, base)
+    )
+    assert (adapter.model, adapter.prompt, adapter.structured_output) == ("hosted_vllm/c", "compact", "none")
+    assert (plain.model, plain.prompt, plain.structured_output) == ("hosted_vllm/conductor", "full", "json_schema")
 
 
 def test_cpu_command_and_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
