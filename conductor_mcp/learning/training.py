@@ -332,6 +332,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         evaluation["after"] = evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer, "after")
         wall["eval_after"] = time.monotonic() - clock
     adapter = args.out / "adapter"
+    if "ref" in getattr(trainer.model, "peft_config", {}):  # TRL's frozen copy of the warm start, for --beta's KL
+        trainer.model.delete_adapter("ref")  # not part of the conductor: saved, it was a second adapter beside it
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall)
