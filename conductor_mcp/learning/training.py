@@ -69,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--questions", type=int, default=4, help="questions per step")
     parser.add_argument("--group-size", type=int, default=64, help="rollouts per question (GRPO group)")
+    parser.add_argument("--grad-accum", type=int, default=1,
+                        help="score a step's rollouts in N slices: the same update, 1/N the memory")  # fmt: skip
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--beta", type=float, default=0.0,
                         help="KL coefficient (paper: none); with --sft-steps, KL to the warm start")  # fmt: skip
@@ -99,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(args.sim_domains) - set(SIM_DOMAINS))
     if unknown:
         parser.error(f"--sim-domains: unknown {unknown}; the simulator's domains are {list(SIM_DOMAINS)}")
+    if args.grad_accum < 1 or (args.questions * args.group_size) % args.grad_accum:
+        parser.error(f"--grad-accum must divide the step's {args.questions * args.group_size} rollouts")
     if args.eval_tasks and not args.sim_tasks:
         parser.error("--eval-tasks draws held-out simulated tasks; with --dataset give --eval-dataset instead")
     return args
@@ -259,7 +263,9 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
     return GRPOConfig(
         output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
         temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
-        per_device_train_batch_size=args.questions * args.group_size, max_completion_length=args.max_completion_length,
+        per_device_train_batch_size=args.questions * args.group_size // args.grad_accum,
+        gradient_accumulation_steps=args.grad_accum,  # one generation of questions x group per optimizer step
+        max_completion_length=args.max_completion_length,
         logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
         vllm_mode="colocate", shuffle_dataset=False, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
         gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation

@@ -82,7 +82,8 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     args = train_conductor.parse_args([
         "--base-model", str(model), "--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4",
         "--eval-tasks", "2", "--sft-steps", "2", "--sft-batch", "2", "--sft-lr", "1e-3", "--eval-warm-start",
-        "--steps", "1", "--questions", "1", "--group-size", "2", "--max-completion-length", "16", "--lr", "1e-4",
+        "--steps", "1", "--questions", "2", "--group-size", "2", "--grad-accum", "2", "--max-completion-length", "16",
+        "--lr", "1e-4",
         "--cost-weight", "0.2", "--max-steps-per-workflow", "3", "--lora-r", "4", "--lora-alpha", "8", "--seed", "2",
         "--beta", "0.04", "--out", str(tmp_path),
     ])  # fmt: skip
@@ -99,6 +100,16 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     assert not (tmp_path / "adapter" / "ref").exists()  # the KL term's reference copy is not saved with it
     assert any(float(t.abs().sum()) > 0 for name, t in sft.items() if "lora_B" in name)
     assert "SFT" in (tmp_path / "README.md").read_text() or "warm start" in (tmp_path / "README.md").read_text()
+
+
+def test_grad_accum_slices_a_step_without_changing_it(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--base-model", "m", "--sim-tasks", "8", "--questions", "4", "--group-size", "8", "--out", "o"]
+    config = train_conductor.grpo_config(train_conductor.parse_args([*base, "--grad-accum", "4"]), use_cpu=True)
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (8, 4)
+    assert (config.generation_batch_size, config.steps_per_generation) == (32, 4)  # one generation per update
+    with pytest.raises(SystemExit):
+        train_conductor.parse_args([*base, "--grad-accum", "3"])
+    assert "--grad-accum must divide the step's 32 rollouts" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("add_bos_token", [False, True])
