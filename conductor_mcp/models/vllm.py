@@ -108,12 +108,12 @@ def pool_settings(args: argparse.Namespace) -> str:
 
 
 def trained_prompt(adapter: str) -> str | None:
-    """The conductor prompt (full or compact) in the card train_conductor writes beside the adapter, if any."""
+    """The conductor prompt in the card train_conductor writes beside the adapter, if any (the pool loader checks
+    the value like any other)."""
     try:
-        prompt = json.loads((Path(adapter).parent / "card.json").read_text()).get("conductor_prompt")
+        return json.loads((Path(adapter).parent / "card.json").read_text()).get("conductor_prompt")
     except (OSError, ValueError, AttributeError):
         return None
-    return prompt if prompt in ("full", "compact") else None
 
 
 def wait_healthy(base: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
