@@ -88,6 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--sft-lr", type=float, default=2e-4)
     parser.add_argument("--sft-batch", type=int, default=8)
+    parser.add_argument("--sft-first-step-too", action="store_true",
+                        help="also imitate the first step alone of multi-step workflows (GRPO picks)")  # fmt: skip
     parser.add_argument("--eval-warm-start", action="store_true", help="also score the held-out tasks after SFT")
     parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
     parser.add_argument("--unsafe-local-exec", action="store_true",
@@ -324,7 +326,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     sft_losses: list[float] = []
     if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
         sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-        pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token)
+        pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token,
+                                    args.sft_first_step_too)  # fmt: skip
         policy, sft_losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
         policy.save_pretrained(str(args.out / "sft-adapter"))  # kept: the warm start alone is a servable conductor
         wall["sft"], clock = time.monotonic() - clock, time.monotonic()

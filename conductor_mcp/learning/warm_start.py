@@ -33,13 +33,24 @@ def scripted_completion(pool: Pool, task: dict[str, Any], max_steps: int) -> str
     return sim.conductor_output(name, profile, messages, task, max_steps)
 
 
-def sft_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], max_steps: int, eos: str) -> list[dict[str, str]]:
-    """Prompt-completion pairs: each GRPO prompt with the scripted conductor's answer, closed by EOS."""
-    return [
-        {"prompt": r["prompt"], "completion": scripted_completion(pools[r["pool_name"]], json.loads(r["task"]),
-                                                                  max_steps) + eos}
-        for r in rows
-    ]  # fmt: skip
+def sft_rows(
+    rows: list[dict[str, Any]], pools: dict[str, Pool], max_steps: int, eos: str, first_step_too: bool = False
+) -> list[dict[str, str]]:
+    """Prompt-completion pairs: each GRPO prompt with the scripted conductor's answer, closed by EOS.
+
+    With ``first_step_too``, a multi-step workflow's prompt is also paired with its first step alone. A warm start
+    that copies one shape per task leaves every GRPO group of rollouts the same workflow, the same reward and no
+    gradient; taught both shapes, the policy samples both, and the reward (with its cost term) chooses.
+    """
+    pairs = []
+    for row in rows:
+        completion = scripted_completion(pools[row["pool_name"]], json.loads(row["task"]), max_steps)
+        pairs.append({"prompt": row["prompt"], "completion": completion + eos})
+        workflow = json.loads(completion)
+        if first_step_too and len(workflow["steps"]) > 1:
+            short = json.dumps({**workflow, "steps": workflow["steps"][:1]})
+            pairs.append({"prompt": row["prompt"], "completion": short + eos})
+    return pairs
 
 
 def warm_start(

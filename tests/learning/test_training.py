@@ -19,8 +19,7 @@ from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
-from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import recipe, warm_start
+from conductor_mcp.learning import recipe
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
@@ -82,7 +81,7 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     args = train_conductor.parse_args([
         "--base-model", str(model), "--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4",
         "--eval-tasks", "2", "--sft-steps", "2", "--sft-batch", "2", "--sft-lr", "1e-3", "--eval-warm-start",
-        "--steps", "1", "--questions", "2", "--group-size", "2", "--grad-accum", "2", "--max-completion-length", "16",
+        "--sft-first-step-too", "--steps", "1", "--questions", "2", "--group-size", "2", "--grad-accum", "2", "--max-completion-length", "16",
         "--lr", "1e-4",
         "--cost-weight", "0.2", "--max-steps-per-workflow", "3", "--lora-r", "4", "--lora-alpha", "8", "--seed", "2",
         "--beta", "0.04", "--out", str(tmp_path),
@@ -126,15 +125,6 @@ def test_training_prompts_tokenize_to_the_ids_a_server_sends(add_bos_token: bool
     trained = tokenizer(train_conductor.prompt_text(tokenizer, messages))["input_ids"]
     bos = tokenizer.bos_token_id
     assert trained == served["input_ids"] and trained[0] == bos and trained.count(bos) == 1
-
-
-def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:
-    pool = load_pool("sim-structured", [builtin_pool_dir()])
-    task = structured_task_set(2, seed=4)[0]
-    workflow = json.loads(warm_start.scripted_completion(pool, task, 3))
-    assert all(task["pitfall"] in step["instruction"] for step in workflow["steps"])
-    with pytest.raises(RequestError, match="simulated conductor"):
-        warm_start.scripted_completion(load_pool("local", [builtin_pool_dir()]), task, 3)
 
 
 def recipe_dry_run(*extra: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,44 @@
+"""The warm start's targets: the pool's scripted sim conductor, and the first-step variant GRPO chooses between."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import warm_start
+from conductor_mcp.learning.sim_tasks import structured_task_set
+from conductor_mcp.pools import load_pool
+
+
+def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    task = structured_task_set(2, seed=4)[0]
+    workflow = json.loads(warm_start.scripted_completion(pool, task, 3))
+    assert all(task["pitfall"] in step["instruction"] for step in workflow["steps"])
+    with pytest.raises(RequestError, match="simulated conductor"):
+        warm_start.scripted_completion(load_pool("local", [builtin_pool_dir()]), task, 3)
+
+
+@pytest.mark.parametrize("first_step_too", [False, True])
+def test_first_step_too_pairs_each_multi_step_workflow_with_its_first_step(first_step_too: bool) -> None:
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    tasks = structured_task_set(16, seed=1)
+    rows = [{"prompt": f"prompt {i}", "task": json.dumps(t), "pool_name": pool.name} for i, t in enumerate(tasks)]
+    pairs = warm_start.sft_rows(rows, {pool.name: pool}, 3, "<eos>", first_step_too)
+    by_prompt: dict[str, list[dict]] = {}
+    for pair in pairs:
+        assert pair["completion"].endswith("<eos>")
+        by_prompt.setdefault(pair["prompt"], []).append(json.loads(pair["completion"].removesuffix("<eos>")))
+    assert list(by_prompt) == [r["prompt"] for r in rows]  # every task, in order, its full workflow first
+    hard = {f"prompt {i}" for i, t in enumerate(tasks) if t["difficulty"] == "hard"}
+    assert hard and len(hard) < len(tasks)
+    for prompt, workflows in by_prompt.items():
+        full = workflows[0]
+        assert len(full["steps"]) == (3 if prompt in hard else 1)
+        if first_step_too and prompt in hard:
+            assert workflows[1:] == [{**full, "steps": full["steps"][:1]}]
+        else:
+            assert len(workflows) == 1
