@@ -62,7 +62,8 @@ def write_card(
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
     plot_curve(curve, args.out / "reward_curve.png", sft_losses)
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
-    warm = (f"a supervised warm start of {args.sft_steps} steps on the sim conductor's workflows (SFT loss "
+    targets = "workflows and their first steps alone" if args.sft_first_step_too else "workflows"
+    warm = (f"a supervised warm start of {args.sft_steps} steps on the sim conductor's {targets} (SFT loss "
             f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then " if sft_losses else "")  # fmt: skip
     (args.out / "README.md").write_text(
         f"# Conductor adapter\n\nBase model `{card['base_model']}`, LoRA r={args.lora_r}, trained with {warm}GRPO for "
