@@ -5,6 +5,7 @@ Needs the `train` extra; CI runs it in its own cached environment (.ci/run), els
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -19,7 +20,7 @@ from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
-from conductor_mcp.learning import recipe
+from conductor_mcp.learning import recipe, shape_probe
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
@@ -102,6 +103,35 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
         "warm start of 2 steps on the sim conductor's workflows and their first steps alone"
         in (tmp_path / "README.md").read_text()
     )
+    check_the_shape_probe(tmp_path, args)
+
+
+def check_the_shape_probe(run_dir: Path, args: argparse.Namespace) -> None:
+    """The probe reports both adapters of a run over its held-out tasks, and its teacher-forced probability of a
+    continuation equals the one generate() scores for it."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    report = shape_probe.probe(run_dir)
+    assert set(report) == {"warm start", "trained"}
+    for rows in report.values():
+        assert sum(s["tasks"] for s in rows.values()) == args.eval_tasks
+        assert all(s["another_step"] > 0 and s["end"] > 0 and s["another_step"] + s["end"] <= 1 + 1e-6
+                   for s in rows.values())  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(args.base_model)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(args.base_model), str(run_dir / "adapter"))
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    task = train_conductor.held_out_tasks(args)[0]
+    messages = prompts.conductor_messages(pool, 3, task["question"], None)
+    context = train_conductor.prompt_text(tokenizer, messages) + shape_probe.first_step_prefix(pool, task, 3)
+    with torch.no_grad():
+        out = model.generate(**tokenizer(context, return_tensors="pt"), max_new_tokens=1, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    token = int(out.sequences[0, -1])
+    scored = float(torch.softmax(out.scores[0][0].float(), dim=-1)[token])
+    [probed] = shape_probe.continuation_probabilities(model, tokenizer, context, [tokenizer.decode([token])])
+    assert probed == pytest.approx(scored, rel=1e-3)
 
 
 def test_grad_accum_slices_a_step_without_changing_it(capsys: pytest.CaptureFixture[str]) -> None:
