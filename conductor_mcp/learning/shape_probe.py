@@ -61,10 +61,10 @@ def continuation_probabilities(model: Any, tokenizer: Any, context: str, continu
 def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     """Per adapter of the run and per task difficulty: mean P(another step), mean P(end), and how many tasks
     give another step the higher probability."""
+    args = run_args(run_dir)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    args = run_args(run_dir)
     tasks = training.held_out_tasks(args)
     if not tasks:
         raise RequestError(f"{run_dir}: the run has no held-out tasks (--eval-tasks or --eval-dataset)")
@@ -84,13 +84,14 @@ def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
             pair = continuation_probabilities(model, tokenizer, context, list(CONTINUATIONS.values()))
             by_difficulty.setdefault(str(task.get("difficulty") or "all"), []).append(pair)
         report[label] = {d: _summary(pairs) for d, pairs in sorted(by_difficulty.items())}
+    if not report:
+        raise RequestError(f"{run_dir}: no adapter to probe (expected {' or '.join(ADAPTERS.values())})")
     return report
 
 
 def first_step_prefix(pool: Any, task: dict[str, Any], max_steps: int) -> str:
     """The scripted workflow's text up to the end of its first step, where the policy decides whether to go on."""
-    workflow = json.loads(warm_start.scripted_completion(pool, task, max_steps))
-    one_step = json.dumps({**workflow, "steps": workflow["steps"][:1]})
+    one_step = warm_start.first_step_alone(warm_start.scripted_completion(pool, task, max_steps))
     return one_step.removesuffix(CONTINUATIONS["end"])
 
 

@@ -40,17 +40,22 @@ def sft_rows(
 
     With ``first_step_too``, a multi-step workflow's prompt is also paired with its first step alone. A warm start
     that copies one shape per task leaves every GRPO group of rollouts the same workflow, the same reward and no
-    gradient; taught both shapes, the policy samples both, and the reward (with its cost term) chooses.
+    gradient; taught both shapes, the policy samples both, and GRPO chooses by reward.
     """
     pairs = []
     for row in rows:
         completion = scripted_completion(pools[row["pool_name"]], json.loads(row["task"]), max_steps)
         pairs.append({"prompt": row["prompt"], "completion": completion + eos})
-        workflow = json.loads(completion)
-        if first_step_too and len(workflow["steps"]) > 1:
-            short = json.dumps({**workflow, "steps": workflow["steps"][:1]})
+        short = first_step_alone(completion)
+        if first_step_too and short != completion:
             pairs.append({"prompt": row["prompt"], "completion": short + eos})
     return pairs
+
+
+def first_step_alone(completion: str) -> str:
+    """The scripted workflow cut to its first step, written as the scripted conductor writes JSON."""
+    workflow = json.loads(completion)
+    return json.dumps({**workflow, "steps": workflow["steps"][:1]})
 
 
 def warm_start(

@@ -1,0 +1,31 @@
+"""The shape probe's inputs and errors (its probabilities are checked against generate() in test_training.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.learning import shape_probe, warm_start
+from conductor_mcp.learning.sim_tasks import structured_task_set
+from conductor_mcp.pools import load_pool
+
+TOOL = Path(__file__).parents[2] / "tools" / "probe_shape.py"
+
+
+def test_the_probe_stops_where_the_scripted_workflow_decides_to_go_on() -> None:
+    pool = load_pool("sim-structured", [builtin_pool_dir()])
+    hard = next(t for t in structured_task_set(8, seed=1) if t["difficulty"] == "hard")
+    full = warm_start.scripted_completion(pool, hard, 3)
+    prefix = shape_probe.first_step_prefix(pool, hard, 3)
+    assert full.startswith(prefix + shape_probe.CONTINUATIONS["another step"])
+    one_step = json.loads(prefix + shape_probe.CONTINUATIONS["end"])
+    assert one_step["steps"] == json.loads(full)["steps"][:1]
+
+
+def test_a_folder_without_a_card_is_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(TOOL), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"probe_shape: error: {tmp_path}: no card.json" in done.stderr
