@@ -46,8 +46,7 @@ def sft_rows(
     for row in rows:
         completion = scripted_completion(pools[row["pool_name"]], json.loads(row["task"]), max_steps)
         pairs.append({"prompt": row["prompt"], "completion": completion + eos})
-        short = first_step_alone(completion)
-        if first_step_too and short != completion:
+        if first_step_too and (short := first_step_alone(completion)) != completion:
             pairs.append({"prompt": row["prompt"], "completion": short + eos})
     return pairs
 
