@@ -15,7 +15,7 @@ from conductor_mcp import __version__
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
-from conductor_mcp.runtime import run_async, settle_collector
+from conductor_mcp.runtime import prefer_bundled_price_map, run_async, settle_collector
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
@@ -122,11 +122,14 @@ async def _progress(event: Any) -> None:
 def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
     task = sys.stdin.read() if args.task == "-" else args.task
     context = args.context_file.read_text(encoding="utf-8") if args.context_file else None
-    metadata: dict[str, Any] = {}
+    metadata: Any = {}
     if args.metadata:
-        metadata = json.loads(args.metadata)
+        try:
+            metadata = json.loads(args.metadata)
+        except ValueError as exc:
+            raise RequestError(f"--metadata: not valid JSON ({exc})") from None
         if not isinstance(metadata, dict):
-            raise ValueError("--metadata must be a JSON object")
+            raise RequestError("--metadata: must be a JSON object")
     return task, context, metadata
 
 
@@ -135,22 +138,21 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.http:
         from conductor_mcp.doors.http import base_url, serve_http
-        from conductor_mcp.doors.mcp import build_server
         from conductor_mcp.doors.viewer import ViewerAuth
 
         token = _http_token(args, settings)
-        service, viewer = Service(settings), ViewerAuth(token)
-        server = build_server(service)
+        viewer = ViewerAuth(token)
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
-        settle_collector()
-        await serve_http(server, service, args.host, args.port, token, args.allowed_host, viewer)
+        async with Service.open(settings) as service:
+            settle_collector()
+            await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
-        service = Service(settings)
-        settle_collector()
-        await serve_stdio(service)
+        async with Service.open(settings) as service:
+            settle_collector()
+            await serve_stdio(service)
     return EXIT_OK
 
 
@@ -163,11 +165,9 @@ async def _view(args: argparse.Namespace, settings: Settings) -> int:
 
     from conductor_mcp.doors.http import base_url, serve_viewer
     from conductor_mcp.doors.viewer import ViewerAuth
-    from conductor_mcp.service import Service
+    from conductor_mcp.reader import RunReader
 
-    service, token = Service(settings), secrets.token_urlsafe(32)
-    if args.run_id:
-        service.get_run(args.run_id)  # an unknown run fails here, before anything is served
+    token = secrets.token_urlsafe(32)
     viewer = ViewerAuth(token)
     target = f"/ui/runs/{quote(args.run_id, safe='')}" if args.run_id else "/ui/"
 
@@ -178,7 +178,10 @@ async def _view(args: argparse.Namespace, settings: Settings) -> int:
             with contextlib.suppress(webbrowser.Error):
                 webbrowser.open(url)
 
-    await serve_viewer(service, "127.0.0.1", args.port or 0, token, viewer, announce)
+    with RunReader.open(settings) as reader:
+        if args.run_id:
+            reader.get_run(args.run_id)  # an unknown run fails here, before anything is served
+        await serve_viewer(reader, "127.0.0.1", args.port or 0, token, viewer, announce)
     return EXIT_OK
 
 
@@ -223,23 +226,24 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.service import Service
 
     task, context, metadata = _read_task(args)
-    service = Service(settings)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
-    if args.command == "run":
-        budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
-        request = request.but(budget=budget, self_correct=args.self_correct)
-        result = await service.orchestrate(request, on_event=None if args.quiet else _progress)
-    else:
-        result = await service.plan(request)
+    async with Service.open(settings) as service:
+        if args.command == "run":
+            budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
+            request = request.but(budget=budget, self_correct=args.self_correct)
+            result = await service.orchestrate(request, on_event=None if args.quiet else _progress)
+        else:
+            result = await service.plan(request)
     _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.reader import RunReader
     from conductor_mcp.runs.render import to_markdown
-    from conductor_mcp.service import Service
 
-    run = Service(settings).get_run(args.run_id)
+    with RunReader.open(settings) as reader:
+        run = reader.get_run(args.run_id)
     _say(run.model_dump_json(indent=2) if args.json else to_markdown(run))
     return EXIT_OK
 
@@ -255,11 +259,13 @@ def _prune(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.runs.backends import open_store
 
     if args.older_than < 0:
-        raise ValueError(f"--older-than: must be 0 or more days, got {args.older_than}")
+        raise RequestError(f"--older-than: must be 0 or more days, got {args.older_than}")
     cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=args.older_than)
     store = open_store(settings)
-    pruned = store.prune(cutoff.isoformat(timespec="milliseconds"), args.status, args.dry_run)
-    store.close()
+    try:
+        pruned = store.prune(cutoff.isoformat(timespec="milliseconds"), args.status, args.dry_run)
+    finally:
+        store.close()
     verb = "would delete" if args.dry_run else "deleted"
     _say(f"{verb} {pruned.runs} runs ({_mib(pruned.data_bytes)} of run data) from {store.location}")
     if not args.dry_run and pruned.runs:
@@ -268,12 +274,13 @@ def _prune(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _runs(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.service import Service
+    from conductor_mcp.reader import RunReader
 
     if args.runs_action == "prune":
         return _prune(args, settings)
 
-    rows = Service(settings).list_runs(args.limit, args.status)
+    with RunReader.open(settings) as reader:
+        rows = reader.list_runs(args.limit, args.status)
     if args.json:
         _say(json.dumps(rows, indent=2))
     elif not rows:
@@ -286,9 +293,9 @@ def _runs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _pools(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.service import Service
+    from conductor_mcp.pools import PoolCatalog
 
-    summaries = Service(settings).pools()
+    summaries = PoolCatalog(list(settings.pool_dirs), settings.pool).summaries()
     if args.json:
         _say(json.dumps([s.__dict__ for s in summaries], indent=2))
     else:
@@ -350,6 +357,7 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefer_bundled_price_map()  # before any command imports litellm
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env(state_dir=args.state_dir, log_level=args.log_level)
@@ -360,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level if "log_level" in settings.model_fields_set else default_level)
     try:
         return _dispatch(args, settings)
-    except (ConductorError, ValueError, OSError) as exc:
+    except ConductorError as exc:
+        _say(f"conductor-mcp: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # a file named on the command line (--context-file) that cannot be read
         _say(f"conductor-mcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

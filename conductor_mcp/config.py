@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from conductor_mcp.errors import SettingsError
@@ -52,8 +52,12 @@ class Settings(BaseSettings):
     server_max_tokens: int | None = Field(default=None, gt=0, description="tokens this process may spend on all runs")
     server_max_usd: float | None = Field(default=None, gt=0, description="USD this process may spend on all runs")
     http_token: str | None = Field(default=None, description="bearer token the HTTP server requires", repr=False)
-    openai_keepalive_s: float = Field(
-        default=10.0, gt=0, description="OpenAI door: seconds between SSE keep-alive comments while a step runs"
+    heartbeat_s: float = Field(
+        default=10.0,
+        gt=0,
+        validation_alias=AliasChoices("conductor_heartbeat_s", "conductor_openai_keepalive_s", "heartbeat_s"),
+        description="seconds without news after which a waiting client hears a heartbeat (MCP progress, an SSE "
+        "keep-alive comment on the OpenAI door, a viewer event); CONDUCTOR_OPENAI_KEEPALIVE_S is its old name",
     )
     retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
     task_poll_ms: int = Field(default=2000, ge=50, description="pollIntervalMs a Tasks client is asked to keep")
@@ -99,10 +103,8 @@ class Settings(BaseSettings):
         try:
             return cls(**{k: v for k, v in overrides.items() if v is not None})
         except ValidationError as exc:
-            problems = [
-                f"CONDUCTOR_{str(e['loc'][0]).upper()}: {e['msg']} (got {_shown(e.get('input'))!r})"
-                for e in exc.errors()
-            ]
+            named = [(str(e["loc"][0]).upper().removeprefix("CONDUCTOR_"), e) for e in exc.errors()]  # alias or field
+            problems = [f"CONDUCTOR_{name}: {e['msg']} (got {_shown(e.get('input'))!r})" for name, e in named]
             raise SettingsError("; ".join(problems)) from None
 
     @property

@@ -7,23 +7,22 @@
     │   └── BudgetExhausted        ... because the server's spending cap is reached
     ├── ModelNotFound              no model (pool) of that name is served
     ├── RunNotFound                no stored run has that id
+    ├── StepNotFound               the run has no step of that key
     ├── PoolError                  a pool name or file that cannot be used (names file, worker, field)
     ├── WorkflowError              the conductor's output cannot be turned into a workflow
     ├── ProviderError              every attempt at a model call failed (retries and fallbacks included)
     ├── MalformedResponse          a provider answered 200 with no usable text (retried like a 5xx)
     ├── LocalModelError            the embedded local model cannot be served
     ├── StoreError                 the run store cannot be read or written
-    └── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
+    ├── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
+    └── DatasetError               a dataset file or row that cannot be used (names the file, row and field)
 
 Errors outside this tree are bugs: doors log them and answer with a generic internal error.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from conductor_mcp.core.records import Attempt
+from typing import Any
 
 
 class ConductorError(Exception):
@@ -56,6 +55,12 @@ class RunNotFound(ConductorError, LookupError):
         self.run_id = run_id
 
 
+class StepNotFound(ConductorError, LookupError):
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(f"step: run {run_id!r} has no step {key!r}")
+        self.run_id, self.key = run_id, key
+
+
 class PoolError(ConductorError, ValueError):
     """A pool name or file that cannot be used; the message names the file, worker and field."""
 
@@ -67,7 +72,8 @@ class WorkflowError(ConductorError, ValueError):
 class ProviderError(ConductorError, RuntimeError):
     """Every attempt (retries and fallbacks) failed; `attempts` says what each one got."""
 
-    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+    def __init__(self, message: str, attempts: list[Any]) -> None:
+        """`attempts`: the Attempt records (core/records.py) of every try; errors.py imports nothing of the package."""
         super().__init__(message)
         self.attempts = attempts
 
@@ -87,3 +93,7 @@ class StoreError(ConductorError, RuntimeError):
 
 class SandboxUnavailable(ConductorError, RuntimeError):
     """Model-written code would have to run without isolation, and nobody opted in to that."""
+
+
+class DatasetError(ConductorError, ValueError):
+    """A dataset (evaluation or training) that cannot be used; the message names the file, the row and the field."""

@@ -1,5 +1,5 @@
-"""The pool catalogue: pool files on the search path, loaded and validated; which one is the default; and why a
-pool can or cannot run here (`doctor`).
+"""The pool catalogue: pool files on the search path, loaded and validated; which one is the default; which pool
+a door's model name stands for; and why a pool can or cannot run here (`doctor`).
 
 With no pool named, the default is the first pool (frontier first) whose models all need API keys that are
 present in the environment; with no such pool, the local pool, which needs no key and no GPU.
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from conductor_mcp.config import environment_value
 from conductor_mcp.core.pool import Pool, parse_pool
-from conductor_mcp.errors import PoolError
+from conductor_mcp.errors import ModelNotFound, PoolError, RequestError
 from conductor_mcp.models import local
 
 MAX_POOL_FILE_BYTES = 1 << 20
@@ -77,6 +78,11 @@ def load_pool(name_or_path: str, search_dirs: list[Path]) -> Pool:
     return parse_pool(raw, source=str(path), default_name=path.stem)
 
 
+def missing_keys(pool: Pool) -> list[str]:
+    """Environment variables the pool's models need that are not set (names only, never values)."""
+    return [name for name in pool.key_names() if environment_value(name) is None]
+
+
 @dataclass
 class PoolSummary:
     """A pool file as listed: its workers and conductor, or why it cannot be loaded."""
@@ -87,6 +93,7 @@ class PoolSummary:
     conductor: str | None
     description: str
     error: str | None = None
+    missing_keys: list[str] = field(default_factory=list)
 
 
 def summarize(name: str, path: Path) -> tuple[PoolSummary, Pool | None]:
@@ -96,7 +103,7 @@ def summarize(name: str, path: Path) -> tuple[PoolSummary, Pool | None]:
     except PoolError as exc:
         return PoolSummary(name, str(path), [], None, "", error=str(exc)), None
     workers = [w.id for w in pool.workers]
-    return PoolSummary(name, str(path), workers, pool.conductor.model, pool.description), pool
+    return PoolSummary(name, str(path), workers, pool.conductor.model, pool.description, None, missing_keys(pool)), pool
 
 
 PREFERRED = ("frontier", "paper")
@@ -112,7 +119,7 @@ class Diagnosis:
 
 def problems(pool: Pool, check_endpoints: bool) -> list[str]:
     """Why the pool cannot run here (empty when it can, as far as can be told without calling a model)."""
-    found = [f"environment variable {name} is not set" for name in pool.missing_keys()]
+    found = [f"environment variable {name} is not set" for name in missing_keys(pool)]
     if any(local.is_local(spec.model) for spec in pool.specs()):
         if not local.server_available():
             found.append(f"llama.cpp's server is not installed; {local.LOCAL_EXTRA_HINT}")
@@ -136,7 +143,7 @@ def default_pool(search_dirs: list[Path]) -> str:
             pool = load_pool(str(names[name]), [])
         except PoolError:
             continue
-        if pool.needs_keys() and not pool.missing_keys():
+        if pool.key_names() and not missing_keys(pool):
             return name
     return LOCAL_POOL
 
@@ -152,3 +159,73 @@ def diagnose(search_dirs: list[Path]) -> list[Diagnosis]:
         found = problems(pool, check_endpoints=True)
         results.append(Diagnosis(name, not found, found))
     return results
+
+
+MODEL = "conductor"  # the OpenAI door's model name for the default pool; `conductor/<pool>` names any other
+
+
+class PoolCatalog:
+    """The pools a process uses, each loaded and validated once: by name on the search path, or registered in
+    code (a training sub-pool). Also which pool a door's model name stands for."""
+
+    def __init__(self, search_dirs: list[Path], default: str | None = None) -> None:
+        self.search_dirs = search_dirs
+        self._default = default
+        self._pools: dict[str, Pool] = {}
+        self._digests: dict[str, tuple[Pool, str]] = {}  # pool name -> (the pool object, its digest)
+
+    def default_name(self) -> str:
+        """CONDUCTOR_POOL, else the first pool whose API keys are all set, else the local pool."""
+        if self._default is None:
+            self._default = default_pool(self.search_dirs)
+        return self._default
+
+    def get(self, name: str | None = None) -> Pool:
+        """The pool of that name (a YAML path where a caller may give one), or the default; PoolError if none."""
+        key = name or self.default_name()
+        if key not in self._pools:
+            self._pools[key] = load_pool(key, self.search_dirs)
+        return self._pools[key]
+
+    def for_request(self, name: str | None) -> Pool:
+        """The pool a request names: an unusable name is the caller's error, named as its `pool` argument."""
+        try:
+            return self.get(name)
+        except PoolError as exc:
+            raise RequestError(f"pool: {exc}") from None
+
+    def register(self, pool: Pool) -> None:
+        """Make a pool built in code available by its name."""
+        self._pools[pool.name] = pool
+
+    def digest(self, pool: Pool) -> str:
+        """The pool's digest, computed once per pool object: a canonical dump and a hash, which every run needs."""
+        cached = self._digests.get(pool.name)
+        if cached is None or cached[0] is not pool:
+            cached = self._digests[pool.name] = (pool, pool.digest())
+        return cached[1]
+
+    def names(self) -> list[str]:
+        return sorted(available_pools(self.search_dirs))
+
+    def summaries(self) -> list[PoolSummary]:
+        """Every pool on the search path, each validated; a broken file is listed with its error."""
+        summaries = []
+        for name, path in available_pools(self.search_dirs).items():
+            summary, pool = summarize(name, path)
+            if pool is not None:
+                self._pools.setdefault(name, pool)  # later lookups by name reuse what was just validated
+            summaries.append(summary)
+        return summaries
+
+    def model_ids(self) -> list[str]:
+        """The model names the OpenAI door serves: `conductor` (the default pool) and `conductor/<pool>`."""
+        return [MODEL, *(f"{MODEL}/{name}" for name in self.names())]
+
+    def pool_of_model(self, model: str) -> str | None:
+        """The pool a model name stands for (None: the default); an unknown name is ModelNotFound."""
+        if model == MODEL:
+            return None
+        if model.startswith(f"{MODEL}/") and model in self.model_ids():
+            return model.removeprefix(f"{MODEL}/")
+        raise ModelNotFound(f"model: no model named {model!r}; this server has {', '.join(self.model_ids())}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import Coroutine
 from typing import Any
 
@@ -14,6 +15,15 @@ from typing import Any
 # with tools/bench_load.py's hold (1,000 runs in flight, 3 rounds), p99 overhead: 1,311 ms with neither the freeze
 # nor this; with the freeze, 257 ms at 100 (a full collection still landed in a round) and 10 ms at 1,000, RSS +1.7%.
 FULL_COLLECTION_EVERY = 1000
+
+
+def prefer_bundled_price_map() -> None:
+    """litellm fetches a remote price map when it is first imported (seconds of retries offline, a request to
+    GitHub online) unless LITELLM_LOCAL_MODEL_COST_MAP is set, and it reads that switch from the environment only.
+    So a process's entry point (`conductor-mcp`, each tool) calls this before litellm loads: the one environment
+    variable the package sets, and only where the user has not set it. An application that imports the package
+    sets it itself, if it wants the bundled map."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def run_async(coro: Coroutine[Any, Any, int]) -> int:

@@ -1,36 +1,59 @@
-"""plan / orchestrate / continue / read runs: the operations every door (MCP, CLI, HTTP) shares.
+"""The service: one lifespan that owns every run it starts. Plan, start, follow, continue and cancel runs.
 
-Requests arrive validated (`RunRequest`); every state change of a run is written to the store before the
-caller hears of it, so nothing already computed is lost.
+`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL)
+joins the replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the
+block cancels and awaits them all (runs still executing are recorded as interrupted, for any later process to
+resume). Requests arrive validated (`RunRequest`); every state change of a run is written to the store before
+the caller hears of it, so nothing already computed is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Literal
+
+import anyio
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.client_tools import add_tool_turn
-from conductor_mcp.core.events import ProgressCallback, ProgressEvent, emit
+from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
+from conductor_mcp.core.outcome import Stop, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
-from conductor_mcp.core.prompts import SELF_CHECK_INSTRUCTION, continuation_step, follow_up_context
+from conductor_mcp.core.prompts import continuation_step, follow_up_context
 from conductor_mcp.core.records import Run, ToolResult, now
-from conductor_mcp.core.request import MAX_CONTEXT_CHARS, MAX_TASK_CHARS, RunRequest
+from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.usage import ServerBudget
-from conductor_mcp.core.workflow import Step, Workflow, given_workflow
+from conductor_mcp.core.workflow import Workflow, given_workflow
 from conductor_mcp.engine.conductor import Conductor
-from conductor_mcp.engine.executor import Executor
-from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError, StoreError
+from conductor_mcp.engine.cost import CostEstimate, estimate_cost
+from conductor_mcp.engine.events import emit
+from conductor_mcp.engine.executor import Executor, StepCrashed
+from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
+from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
-from conductor_mcp.pools import PoolSummary, available_pools, default_pool, load_pool, summarize
-from conductor_mcp.runs.active import ActiveRuns
+from conductor_mcp.reader import RunReader, relay_until
+from conductor_mcp.runs.active import CANCEL_GRACE_S, ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
+from conductor_mcp.runs.cancels import ask_to_cancel, serve_cancel_requests
+from conductor_mcp.runs.leases import Lease
 from conductor_mcp.runs.store import Store
 
+if TYPE_CHECKING:
+    from conductor_mcp.runs.postgres_live import ProgressBus
+
 log = get_logger(__name__)
+
+EndStatus = Literal["interrupted", "cancelled", "failed"]
+END_KINDS: dict[EndStatus, StopKind] = {
+    "interrupted": "interrupted",
+    "cancelled": "cancelled",
+    "failed": "internal_error",
+}
 
 
 def new_run_id() -> str:
@@ -38,113 +61,88 @@ def new_run_id() -> str:
     return secrets.token_hex(8)
 
 
-class Service:
-    def __init__(self, settings: Settings | None = None, store: Store | None = None) -> None:
-        self.settings = settings or Settings.from_env()
-        self.store = store or open_store(self.settings)
-        self.lease = open_lease(self.settings.state_dir, self.store)
-        self.bus = open_progress_bus(self.store)  # replicas sharing PostgreSQL: progress of runs executing elsewhere
-        self.providers = Providers(self.settings)
+class Service(RunReader):
+    """Runs executing in this process, and everything a door may do with a run. Made by `Service.open`."""
+
+    def __init__(
+        self, settings: Settings, store: Store, lease: Lease, owner: TaskOwner, bus: ProgressBus | None
+    ) -> None:
+        super().__init__(settings, store, lease)
+        self._lease = lease
+        self._owner = owner
+        self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
+        self._active = ActiveRuns(owner, bus.publish if bus else None)
+        self.providers = Providers(settings)
         self.conductor = Conductor(self.providers)
-        self.active = ActiveRuns(self.bus.publish if self.bus else None)
-        self.server_budget = ServerBudget(
-            max_tokens=self.settings.server_max_tokens, max_usd=self.settings.server_max_usd
-        )
-        self._pools: dict[str, Pool] = {}
-        self._digests: dict[str, tuple[Pool, str]] = {}  # pool name -> (the pool object, its digest)
+        self.server_budget = ServerBudget(max_tokens=settings.server_max_tokens, max_usd=settings.server_max_usd)
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
-        self._default_pool: str | None = None
-        self.viewer_base: str | None = None  # the run viewer's address, while an HTTP server serves one
 
-    def viewer_url(self, run_id: str) -> str | None:
-        """Where a person can watch a run in the viewer, when one is being served."""
-        return f"{self.viewer_base}runs/{run_id}" if self.viewer_base else None
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, settings: Settings | None = None, store: Store | None = None) -> AsyncIterator[Service]:
+        """The service's lifespan: store (unless given), lease and bus opened here, and everything closed on exit."""
+        settings = settings or Settings.from_env()
+        opened = store is None
+        store = store or open_store(settings)
+        owner = TaskOwner()
+        try:
+            lease = open_lease(settings.state_dir, store)
+            try:
+                service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
+                try:
+                    yield service
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await service._shut_down()
+            finally:
+                lease.close()
+        finally:
+            if opened:
+                store.close()
 
-    # -- pools ------------------------------------------------------------------------------------
-    def default_pool_name(self) -> str:
-        """CONDUCTOR_POOL, else the first pool whose API keys are all set, else the local pool."""
-        if self._default_pool is None:
-            self._default_pool = self.settings.pool or default_pool(list(self.settings.pool_dirs))
-        return self._default_pool
-
-    def pool(self, name: str | None = None) -> Pool:
-        key = name or self.default_pool_name()
-        if key not in self._pools:
-            self._pools[key] = load_pool(key, list(self.settings.pool_dirs))
-        return self._pools[key]
-
-    def pool_digest(self, pool: Pool) -> str:
-        """The pool's digest, computed once per pool object: a canonical dump and a hash, which every run needs."""
-        cached = self._digests.get(pool.name)
-        if cached is None or cached[0] is not pool:
-            cached = self._digests[pool.name] = (pool, pool.digest())
-        return cached[1]
-
-    def register_pool(self, pool: Pool) -> None:
-        """Make a pool built in code (a training sub-pool, say) available by its name."""
-        self._pools[pool.name] = pool
-
-    def pools(self) -> list[PoolSummary]:
-        """Every pool on the search path, each validated; a broken file is listed with its error."""
-        summaries = []
-        for name, path in available_pools(list(self.settings.pool_dirs)).items():
-            summary, pool = summarize(name, path)
-            if pool is not None:
-                self._pools.setdefault(name, pool)  # later lookups by name reuse what was just validated
-            summaries.append(summary)
-        return summaries
+    async def _shut_down(self) -> None:
+        """Stop: runs still executing are recorded as interrupted, to be resumed by any later process."""
+        self._closing = True
+        await self._owner.close()
+        if self._bus is not None:
+            await self._bus.close()
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest) -> tuple[Run, Pool]:
         exhausted = self.server_budget.exhausted()
         if exhausted:
             raise BudgetExhausted(f"server: {exhausted}; no new runs until the server restarts")
-        try:
-            pool = self.pool(request.pool)
-        except PoolError as exc:
-            raise RequestError(f"pool: {exc}") from None
+        pool = self.pools.for_request(request.pool)
         steps = request.max_steps or pool.max_steps
         run = Run(
-            id=new_run_id(),
-            task=request.task,
-            context=request.context or None,
-            files=list(request.files),
-            metadata=dict(request.metadata),
-            tools=list(request.tools),
-            pool=pool.name,
-            pool_digest=self.pool_digest(pool),
-            conductor_model=pool.conductor.model,
-            max_steps=steps,
-            budget=request.budget,
+            id=new_run_id(), task=request.task, context=request.context or None, files=list(request.files),
+            metadata=dict(request.metadata), tools=list(request.tools), pool=pool.name,
+            pool_digest=self.pools.digest(pool), conductor_model=pool.conductor.model, max_steps=steps,
+            budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
-            max_depth=pool.max_depth,
-            max_calls=2 * steps,
-        )
+        )  # fmt: skip
         return run, pool
 
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
-        await emit(on_event, ProgressEvent("conductor_started", run.id, f"conductor {pool.conductor.model} planning"))
-        plan = await self.conductor.plan(pool, run.task, run.context, run.max_steps, run.metadata)
-        for call in plan.calls:
-            self.server_budget.add(call)
-        if run.self_correct and plan.workflow.steps[-1].worker != CONDUCTOR_ID:
-            every_step = list(range(len(plan.workflow.steps)))
-            plan.workflow.steps.append(Step(worker=CONDUCTOR_ID, instruction=SELF_CHECK_INSTRUCTION, access=every_step))
-        run.workflow, run.conductor_calls = plan.workflow, plan.calls
-        run.repairs, run.fallback_reason = plan.repairs, plan.fallback_reason
-        self.store.save_run(run)
-        message = f"workflow of {len(plan.workflow.steps)} steps" + (" (fallback)" if plan.fallback_reason else "")
-        await emit(on_event, ProgressEvent("conductor_finished", run.id, message, total_steps=len(plan.workflow.steps)))
+        await self.conductor.plan_run(run, pool, self.server_budget, on_event)
+        self._store.save_run(run)
 
     async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
         """The conductor's workflow, stored as a `planned` run; no worker is called."""
         run, pool = self._new_run(request)
-        self.store.save_run(run)
+        self._store.save_run(run)
         await self._conduct(run, pool, on_event)
         run.recompute_totals()
-        self.store.save_run(run)
+        self._store.save_run(run)
         return run
+
+    def estimate(self, run: Run) -> CostEstimate:
+        """What running a planned run's workflow may cost, on the pool it was planned for."""
+        if run.workflow is None:
+            raise RequestError(f"run_id: run {run.id} has no workflow to estimate")
+        return estimate_cost(run.workflow, self.pools.for_request(run.pool), run.task, run.context)
 
     async def orchestrate(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
         """Plan and run to the end; returns the finished (or failed) run. Cancelling the caller cancels the run."""
@@ -163,16 +161,19 @@ class Service:
         return run
 
     # -- continuing runs --------------------------------------------------------------------------
+    def executes_here(self, run_id: str) -> bool:
+        """Whether this process runs it now (a caller collecting it did not start it, so leaving cancels nothing)."""
+        return run_id in self._active
+
     def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
         """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).
 
-        - running here: the same run, to collect; running on another replica (PostgreSQL): that run, which
-          `wait` follows through the replicas' progress notifications;
+        - running here or in another process (either store): that run, which `wait` follows to its end;
         - planned: its stored plan starts;
         - interrupted, failed or cancelled: it resumes; finished steps are kept and not called again;
         - with feedback (any run not running): a follow-up run (see `_follow_up`) that links to its parent.
         """
-        active = self.active.get(run_id)
+        active = self._active.get(run_id)
         if active is not None:
             if feedback:
                 raise RequestError(f"feedback: run {run_id} is still running; collect it before giving feedback")
@@ -180,8 +181,8 @@ class Service:
         self._flush_unsaved(run_id)
         run = self.reconcile(run_id)
         if run.status == "running":
-            if self.bus is None or feedback is not None:
-                raise RequestError(f"run_id: run {run_id} is running in another server process")
+            if feedback is not None:
+                raise RequestError(f"feedback: run {run_id} is still running; collect it before giving feedback")
             return run
         if feedback is not None:
             return self._follow_up(run, feedback)
@@ -192,21 +193,18 @@ class Service:
     def answer_tool_calls(self, run_id: str, results: list[ToolResult]) -> Run:
         """Go on with a run whose final worker called the client's tools: the same worker gets its conversation
         and the client's results, as a new step of the same run (see core/client_tools.py); returns the run."""
-        if run_id in self.active:
+        if run_id in self._active:
             raise RequestError(f"run_id: run {run_id} is still running; collect it before sending tool results")
         run = self.reconcile(run_id)  # a turn refused by add_tool_turn rolls the claim back with it
         return self._resume(run, lambda claimed: add_tool_turn(claimed, results))
 
     def _resume(self, run: Run, change: Callable[[Run], list[int]] | None = None) -> Run:
         """Claim a stored run (applying `change` in the same transaction) and execute what is left of it."""
-        try:
-            pool = self.pool(run.pool)
-        except PoolError as exc:
-            raise RequestError(f"pool: {exc}") from None
-        if self.pool_digest(pool) != run.pool_digest:
+        pool = self.pools.for_request(run.pool)
+        if self.pools.digest(pool) != run.pool_digest:
             log.warning("pool_changed_since_run_started", run_id=run.id, pool=run.pool)
         claimed = self._claim(run.id, change)
-        self.active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
+        self._active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
         return claimed
 
     def _claim(self, run_id: str, change: Callable[[Run], list[int]] | None = None) -> Run:
@@ -215,13 +213,14 @@ class Service:
         def take(run: Run) -> list[int] | None:
             if run.status == "running" and not self._orphaned(run):
                 return None
-            run.status, run.owner, run.error = "running", self.lease.token, None
+            run.status, run.owner, run.error, run.stop = "running", self._lease.token, None, None
             run.started_at = run.started_at or now()
             return change(run) if change is not None else []
 
-        run = self.store.update(run_id, take)
-        if run.owner != self.lease.token or run.status != "running":
+        run = self._store.update(run_id, take)
+        if run.owner != self._lease.token or run.status != "running":
             raise RequestError(f"run_id: run {run_id} is running in another server process")
+        self._store.clear_cancel(run_id)  # a cancel asked for before it was interrupted is not for this execution
         return run
 
     def _flush_unsaved(self, run_id: str) -> None:
@@ -232,13 +231,13 @@ class Service:
             return
 
         def write_back(stored: Run) -> list[int] | None:
-            if stored.owner != self.lease.token:
+            if stored.owner != self._lease.token:
                 return None
             for name in Run.model_fields:
                 setattr(stored, name, getattr(unsaved, name))
             return list(range(len(stored.steps)))
 
-        self.store.update(run_id, write_back)
+        self._store.update(run_id, write_back)
         del self._unsaved[run_id]
 
     def _follow_up(self, parent: Run, feedback: str) -> Run:
@@ -246,15 +245,13 @@ class Service:
         who sees them all and the caller's feedback, and writes a corrective workflow or stops."""
         if not feedback.strip():
             raise RequestError("feedback: must not be empty when given")
-        if len(feedback) > MAX_TASK_CHARS:
-            raise RequestError(f"feedback: {len(feedback)} characters exceeds the limit of {MAX_TASK_CHARS}")
         if parent.workflow is None or not parent.workflow.steps:
             raise RequestError(f"run_id: run {parent.id} has no workflow to follow up; orchestrate the task again")
         context = follow_up_context(parent.context, feedback)[-MAX_CONTEXT_CHARS:]
         run, pool = self._new_run(parent.request().but(context=context, self_correct=False))
         run.follow(parent, continuation_step(parent.workflow, feedback))
         for seq, step in enumerate(run.steps):
-            self.store.save_step(run.id, seq, step, None)
+            self._store.save_step(run.id, seq, step, None)
         self._launch(run, pool)
         return run
 
@@ -266,7 +263,22 @@ class Service:
         run = self.continue_run(run_id)
         return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
-    # -- executing runs ---------------------------------------------------------------------------
+    # -- following and cancelling -----------------------------------------------------------------
+    async def follow(
+        self, run_id: str, heartbeat_s: float | None = None, coalesce: bool = False
+    ) -> AsyncGenerator[ProgressEvent, None]:
+        """The run's progress from now until it stops running, wherever it executes: here (its own events), on
+        a replica sharing PostgreSQL (NOTIFY), or in another process on the same SQLite file (the store)."""
+        if run_id in self._active:
+            events = self._active.events(run_id, heartbeat_s, coalesce)
+        elif self._bus is not None:
+            events = self._bus.events(run_id, lambda: self.get_run(run_id), heartbeat_s)
+        else:
+            events = super().follow(run_id, heartbeat_s, coalesce)
+        async with contextlib.aclosing(events) as following:
+            async for event in following:
+                yield event
+
     async def wait(
         self,
         run_id: str,
@@ -277,39 +289,36 @@ class Service:
         cancel_on_exit: bool = False,
         coalesce: bool = False,
     ) -> Run:
-        """Wait up to `timeout_s` (None: to the end) for a run, relaying its progress to `on_event`.
+        """As RunReader.wait; if the waiting caller is cancelled, the run is cancelled too (its finished steps are
+        kept) only with `cancel_on_exit`, which the caller that started the run passes; others just stop waiting."""
+        here = self._active.get(run_id)
+        try:
+            await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
+        except asyncio.CancelledError:
+            if cancel_on_exit:
+                with anyio.CancelScope(shield=True):
+                    await self.cancel(run_id)
+            raise
+        return here if here is not None and run_id not in self._active else self.get_run(run_id)
 
-        Past the timeout the run goes on in the background and comes back with status `running`. If the
-        waiting caller is cancelled, the run is cancelled too (its finished steps are kept) only with
-        `cancel_on_exit`, which the caller that started the run passes; other waiters just stop waiting.
-        `coalesce`: events that arrive together are relayed as one (a door that pays a wire message per event).
-        """
-        if run_id not in self.active:
-            run = self.get_run(run_id)
-            if self.bus is None or run.status != "running":
-                return run
-            return await self.bus.wait(run_id, lambda: self.get_run(run_id), timeout_s, on_event, heartbeat_s)
-        return await self.active.wait(
-            run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit, coalesce=coalesce
-        )
+    async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
+        """Cancel a run wherever it executes, keeping its finished steps; a run that has ended stays as it is.
 
-    async def cancel(self, run_id: str) -> None:
-        await self.active.cancel(run_id)
+        Here: its task is cancelled and its cancellation recorded before this returns. Elsewhere: the request goes
+        through the store to the process that owns it (runs/cancels.py), and this waits up to `wait_s` for it."""
+        if await self._active.cancel(run_id):
+            return self.get_run(run_id)
+        run = self.get_run(run_id)
+        if run.status != "running":
+            return run
+        return await ask_to_cancel(self._store, lambda: self.get_run(run_id), wait_s)
 
-    async def close(self) -> None:
-        """Stop: runs still executing are recorded as interrupted, to be resumed by any later process."""
-        self._closing = True
-        for run_id in self.active.ids():
-            await self.active.cancel(run_id)
-        if self.bus is not None:
-            await self.bus.close()
-        self.lease.close()
-
+    # -- executing runs ---------------------------------------------------------------------------
     def _launch(self, run: Run, pool: Pool) -> None:
-        run.status, run.owner = "running", self.lease.token
+        run.status, run.owner = "running", self._lease.token
         run.started_at = run.started_at or now()
-        self.store.save_run(run)
-        self.active.launch(run, lambda relay: self._execute(run, pool, relay))
+        self._store.save_run(run)
+        self._active.launch(run, lambda relay: self._execute(run, pool, relay))
 
     async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback) -> Run:
         log.info("run_started", run_id=run.id, pool=pool.name)
@@ -317,78 +326,74 @@ class Service:
             if run.workflow is None:
                 await self._conduct(run, pool, on_event)
             executor = Executor(
-                pool, self.store, self.providers, on_event, self.settings.step_timeout_s, self.server_budget
+                pool, self._store, self.providers, on_event, self.settings.step_timeout_s, self.server_budget
             )
             await executor.execute(run)
         except asyncio.CancelledError:
             if self._closing:
-                run.status, run.error = "interrupted", "the server stopped; continue_workflow resumes it"
+                self._end(run, "interrupted", "the server stopped; continue_workflow resumes it")
             else:
-                run.status, run.error = "cancelled", "cancelled by the caller"
+                self._end(run, "cancelled", "cancelled by the caller")
             raise
         except StoreError as exc:  # the run stops: going on would pay for calls whose results cannot be kept
             log.error("run_store_failed", run_id=run.id, error=str(exc))
-            run.status, run.error = "interrupted", str(exc)
+            self._end(run, "interrupted", str(exc))
             self._unsaved[run.id] = run  # what the store missed is written by continue_run
-        except Exception as exc:  # an engine bug must still leave a readable, finished record
+        except Exception as exc:  # a bug must still leave a readable, finished record naming it
             log.exception("run_crashed", run_id=run.id)
-            run.status, run.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+            crash = exc.__cause__ if isinstance(exc, StepCrashed) and exc.__cause__ else exc
+            step = exc.key if isinstance(exc, StepCrashed) else None
+            where = f" in step {step}" if step else ""
+            detail = f"internal error{where}: {type(crash).__name__}: {crash}"
+            self._end(run, "failed", detail, Stop(kind="internal_error", detail=detail, step=step))
         finally:
-            run.ended_at = now()
-            run.recompute_totals()
-            self._save_final(run)
-            log.info("run_finished", run_id=run.id, status=run.status, tokens=run.totals.total_tokens,
-                     cost_usd=run.totals.cost_usd)  # fmt: skip
-            finished = ProgressEvent(
-                "run_finished", run.id, f"run {run.status}", None, run.totals.steps, len(run.steps)
-            )
-            await emit(on_event, finished)
+            await self._finish(run, on_event)
         return run
+
+    def _end(self, run: Run, status: EndStatus, detail: str, stop: Stop | None = None) -> None:
+        """Record how a run ended other than by the engine's own outcome: the best answer so far is kept."""
+        run.status, run.error = status, detail
+        run.stop = stop or Stop(kind=END_KINDS[status], detail=detail)
+        run.answer = run.answer or run.best_answer()
+
+    async def _finish(self, run: Run, on_event: ProgressCallback) -> None:
+        run.ended_at = now()
+        run.recompute_totals()
+        self._save_final(run)
+        log.info("run_finished", run_id=run.id, status=run.status, tokens=run.totals.total_tokens,
+                 cost_usd=run.totals.cost_usd)  # fmt: skip
+        finished = ProgressEvent("run_finished", run.id, f"run {run.status}", None, run.totals.steps, len(run.steps))
+        await emit(on_event, finished)
 
     def _save_final(self, run: Run) -> None:
         """Record how the run ended; if the store cannot take it, keep the run here for `continue_run` to write."""
         try:
-            self.store.save_run(run)
+            self._store.save_run(run)
         except StoreError as exc:
             log.error("run_store_failed", run_id=run.id, error=str(exc))
             if run.status != "interrupted":
-                run.status, run.error = "interrupted", str(exc)
+                self._end(run, "interrupted", str(exc))
             self._unsaved[run.id] = run
 
     # -- reading runs -----------------------------------------------------------------------------
     def get_run(self, run_id: str) -> Run:
         """The run as it stands now (read only): a `running` run whose process died reads as interrupted."""
-        active = self.active.get(run_id) or self._unsaved.get(run_id)
-        if active is not None:
-            return active
-        run = self.store.load_run(run_id)
-        if self._orphaned(run):
-            run.mark_interrupted()
-        return run
+        active = self._active.get(run_id) or self._unsaved.get(run_id)
+        return active if active is not None else super().get_run(run_id)
 
     def reconcile(self, run_id: str) -> Run:
         """Record a run whose process died as interrupted (its running steps as cancelled); return the run.
 
         The check is repeated inside the store's transaction, so a run another process has just claimed is
         left alone."""
-        run = self.store.load_run(run_id)
+        run = self._store.load_run(run_id)
         if self._orphaned(run):
-            run = self.store.update(run_id, lambda fresh: fresh.mark_interrupted() if self._orphaned(fresh) else None)
+            run = self._store.update(run_id, lambda fresh: fresh.mark_interrupted() if self._orphaned(fresh) else None)
         return run
 
     def _orphaned(self, run: Run) -> bool:
         """A `running` run that no live process executes: its owner died, or it is ours but no longer active
         here (its last state could not be written, say)."""
-        if run.status != "running" or run.id in self.active:
+        if run.status != "running" or run.id in self._active:
             return False
-        return run.owner == self.lease.token or not self.lease.is_alive(run.owner)
-
-    def list_runs(self, limit: int = 20, status: str | None = None, **filters: Any) -> list[dict[str, Any]]:
-        """Newest first; `filters` are the store's (pool, parent_id, before: a page's keyset cursor)."""
-        if not 1 <= limit <= 1000:
-            raise RequestError(f"limit: must be between 1 and 1000, got {limit}")
-        rows = self.store.list_runs(limit, status, **filters)
-        for row in rows:
-            if row["status"] == "running":
-                row["status"] = self.get_run(row["id"]).status
-        return rows
+        return run.owner == self._lease.token or not self._lease.is_alive(run.owner)

@@ -3,9 +3,13 @@ conductors, a real unreliable OpenAI-compatible server, and one-line requests.""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as every entry point does (runtime.py)
+
 import secrets
 import shutil
 import signal
@@ -15,9 +19,9 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -32,6 +36,8 @@ from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.workflow import Workflow
 from conductor_mcp.models.local import free_port
 from conductor_mcp.service import Service
+
+T = TypeVar("T")
 
 
 @pytest.fixture(autouse=True)
@@ -144,9 +150,10 @@ def worker(base: str, behaviour: str, **fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def service(tmp_path: Path, pool_dir: Path) -> Service:
+async def service(tmp_path: Path, pool_dir: Path) -> AsyncIterator[Service]:
     write_pool(pool_dir, sim_pool_doc())
-    return Service(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir))
+    async with Service.open(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)) as opened:
+        yield opened
 
 
 # ------------------------------------------------------------------------------ requests in one line
@@ -167,6 +174,16 @@ async def plan(service: Service, task: str, on_event: ProgressCallback | None = 
 
 def start(service: Service, task: str, workflow: Workflow | None = None, **fields: Any) -> Run:
     return service.start(ask(task, **fields), workflow)
+
+
+def in_service(settings: Settings, use: Callable[[Service], Awaitable[T]]) -> T:
+    """Open a service on a loop of its own, use it, close it: for tests that are not async themselves."""
+
+    async def go() -> T:
+        async with Service.open(settings) as service:
+            return await use(service)
+
+    return asyncio.run(go())
 
 
 # ------------------------------------------------------------------------------ server processes

@@ -28,3 +28,54 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
         [sys.executable, str(ROOT / "tools" / "architecture.py"), str(package)], capture_output=True, text=True
     )
     assert result.returncode == 1 and "conductor_mcp.core.pool -> conductor_mcp.service" in result.stdout
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A package of the given files (relative path -> source), checked by the tool."""
+    package = tmp_path / "conductor_mcp"
+    for relative, source in {"__init__.py": "", **files}.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent != package:
+            (path.parent / "__init__.py").touch()
+        path.write_text(source)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "architecture.py"), str(package)], capture_output=True, text=True
+    )
+
+
+def test_a_door_importing_the_training_code_is_caught(tmp_path: Path) -> None:
+    result = _package(
+        tmp_path, {"learning/training.py": "X = 1\n", "doors/mcp.py": "from ..learning import training\n"}
+    )
+    assert result.returncode == 1 and "conductor_mcp.doors.mcp -> conductor_mcp.learning" in result.stdout
+
+
+def test_core_reading_the_environment_or_doing_io_is_caught(tmp_path: Path) -> None:
+    result = _package(
+        tmp_path,
+        {
+            "config.py": "def environment_value(name):\n    return None\n",
+            "core/pool.py": "from conductor_mcp.config import environment_value\n",
+            "core/records.py": "import os\nKEY = os.environ.get('K')\n",
+            "core/usage.py": "def load(p):\n    return open(p).read()\n",
+        },
+    )
+    assert result.returncode == 1
+    for found in (
+        "conductor_mcp.core.pool imports conductor_mcp.config",
+        "conductor_mcp.core.records imports os",
+        "conductor_mcp.core.usage calls open()",
+    ):
+        assert found in result.stdout, result.stdout
+
+
+def test_a_circle_through_an_annotation_only_import_is_caught(tmp_path: Path) -> None:
+    result = _package(
+        tmp_path,
+        {
+            "errors.py": "import typing\nif typing.TYPE_CHECKING:\n    from conductor_mcp.config import X\n",
+            "config.py": "from conductor_mcp.errors import E\n",
+        },
+    )
+    assert result.returncode == 1 and "conductor_mcp.config <-> conductor_mcp.errors" in result.stdout

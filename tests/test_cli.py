@@ -75,7 +75,7 @@ def test_pools_lists_and_validates(tmp_path: Path) -> None:
         (["show", "feedfacefeedface"], "no run with id 'feedfacefeedface'"),
         (["run", "--pool", "nope", "task"], "unknown pool 'nope'"),
         (["run", "--max-steps", "99", "task"], "max_steps: must be between 1 and 20"),
-        (["run", "--metadata", "[1]", "task"], "--metadata must be a JSON object"),
+        (["run", "--metadata", "[1]", "task"], "--metadata: must be a JSON object"),
         (["run", "--context-file", "/nonexistent/file", "task"], "No such file"),
     ],
 )
@@ -149,7 +149,7 @@ def test_runs_prune_deletes_old_runs_and_doctor_reports_the_store(tmp_path: Path
     assert (
         f"run store: sqlite at {tmp_path / 'runs.sqlite3'}" in doctor.stdout and "oldest run created" in doctor.stdout
     )
-    assert "reachable, schema version 2" in doctor.stdout
+    assert "reachable, schema version 3" in doctor.stdout
     assert "1 done, 1 failed, 1 running" in doctor.stdout
     dry = cli(*state, "runs", "prune", "--older-than", "0", "--status", "done", "--dry-run")
     assert dry.returncode == 0 and dry.stdout.startswith("would delete 1 runs (0.10 MiB of run data)"), dry.stderr
@@ -164,7 +164,7 @@ def test_doctor_reports_a_postgresql_store_and_an_unreachable_one(tmp_path: Path
     doctor = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": postgres_url})
     assert doctor.returncode == 0, doctor.stderr
     assert f"run store: postgresql at {postgres_url}" in doctor.stdout
-    assert "reachable, schema version 2" in doctor.stdout and "no runs" in doctor.stdout
+    assert "reachable, schema version 3" in doctor.stdout and "no runs" in doctor.stdout
     down_url = "postgresql://me:hunter2secret@127.0.0.1:1/nowhere"
     down = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": down_url})
     assert down.returncode == 2 and "NOT USABLE" in down.stdout and "cannot be reached" in down.stdout

@@ -17,7 +17,7 @@ from mcp.client import Client
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.errors import PoolError
-from conductor_mcp.pools import default_pool, diagnose, load_pool, problems
+from conductor_mcp.pools import PoolCatalog, default_pool, diagnose, load_pool, problems
 from conductor_mcp.service import Service
 from tests.conftest import sim_pool_doc, write_pool
 
@@ -115,13 +115,14 @@ def test_a_broken_pool_file_is_a_pool_error_naming_it(broken_dir: Path, name: st
     assert time.perf_counter() - started < 10
 
 
-def service_on(directory: Path, tmp_path: Path) -> Service:
-    return Service(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(directory))
+def settings_on(directory: Path, tmp_path: Path) -> Settings:
+    return Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(directory)
 
 
 def test_listings_show_broken_files_and_the_rest_still_work(broken_dir: Path, tmp_path: Path) -> None:
     assert default_pool([broken_dir, *BUILTIN]) == "keyed"
-    summaries = {s.name: s for s in service_on(broken_dir, tmp_path).pools()}
+    settings = settings_on(broken_dir, tmp_path)
+    summaries = {s.name: s for s in PoolCatalog(list(settings.pool_dirs), settings.pool).summaries()}
     for name in BROKEN:
         assert summaries[name].error and str(broken_dir / f"{name}.yaml") in summaries[name].error
     assert not summaries["keyed"].error and not summaries["windows"].error and not summaries["sim"].error
@@ -131,16 +132,16 @@ def test_listings_show_broken_files_and_the_rest_still_work(broken_dir: Path, tm
 
 
 async def test_mcp_tools_work_beside_a_broken_pool_file(broken_dir: Path, tmp_path: Path) -> None:
-    service = service_on(broken_dir, tmp_path)
-    async with Client(build_server(service)) as client:
+    async with Service.open(settings_on(broken_dir, tmp_path)) as service, Client(build_server(service)) as client:
         listing = await client.call_tool("pools", {})
         run = await client.call_tool("orchestrate", {"task": "What is 6 times 7?"})
+        stored = service.get_run(run.structured_content["run_id"])
     assert not listing.is_error
     pools = {p["name"]: p for p in listing.structured_content["pools"]}
     assert listing.structured_content["default_pool"] == "keyed"
     assert "deep.yaml" in pools["deep"]["error"] and "binary.yaml" in pools["binary"]["error"]
     assert not run.is_error and run.structured_content["status"] == "done"
-    assert service.get_run(run.structured_content["run_id"]).pool == "keyed"
+    assert stored.pool == "keyed"
 
 
 @pytest.mark.slow

@@ -1,10 +1,13 @@
-"""Measure the package's shape from its source: modules, import cycles, upward imports, import depth, and the
-longest modules and functions. Reads files only (ast); imports nothing from the package.
+"""Measure the package's shape from its source: modules, import cycles, upward imports, import depth, what core/
+may touch, and the longest modules and functions. Reads files only (ast); imports nothing from the package.
 
     python tools/architecture.py [PACKAGE_DIR]      # default: conductor_mcp next to this folder
 
-Layers, lowest first: a module may import from its own layer and the ones below, never from above.
-Imports under `if TYPE_CHECKING:` are annotations only and are not counted.
+Layers, lowest first: a module may import from its own layer and the ones below, never from above. Imports under
+`if TYPE_CHECKING:` count too: an annotation that points up or round in a circle is the same coupling. The doors
+and learning are separate layers, learning on top, so nothing that serves requests imports the training code.
+core/ holds data and pure functions: it imports nothing that does I/O or reads the environment, and calls no
+`open`, `print` or `input`.
 """
 
 from __future__ import annotations
@@ -17,14 +20,39 @@ from pathlib import Path
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "config", "runtime"),
-    ("logs",),
+    ("logs", "lifetimes"),
     ("core",),
     ("models", "runs"),
     ("engine",),
-    ("pools", "service", "context_files"),
-    ("learning", "doors"),
+    ("pools", "reader", "service", "context_files"),
+    ("doors",),
+    ("learning",),
     ("cli", "__main__"),
 )
+# What core/ may not import: modules that do I/O, start work, keep time-dependent state, or read the environment.
+CORE_FORBIDDEN = frozenset(
+    {
+        "os",
+        "sys",
+        "io",
+        "subprocess",
+        "socket",
+        "shutil",
+        "tempfile",
+        "pathlib",
+        "logging",
+        "structlog",
+        "asyncio",
+        "threading",
+        "sqlite3",
+        "httpx",
+        "litellm",
+        "psycopg",
+        "conductor_mcp.config",
+        "conductor_mcp.logs",
+    }
+)
+CORE_FORBIDDEN_CALLS = {"open", "print", "input"}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -32,7 +60,9 @@ MAX_FUNCTION_LINES = 60
 @dataclass
 class Shape:
     modules: dict[str, Path] = field(default_factory=dict)
-    imports: dict[str, set[str]] = field(default_factory=dict)
+    imports: dict[str, set[str]] = field(default_factory=dict)  # of the package's own modules
+    external: dict[str, set[str]] = field(default_factory=dict)  # every imported name, the package's included
+    calls: dict[str, set[str]] = field(default_factory=dict)  # names of plain functions called
     functions: list[tuple[int, str]] = field(default_factory=list)  # (lines, "module:function")
 
 
@@ -41,22 +71,10 @@ def module_name(package: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imported(tree: ast.Module, name: str, package: str, modules: set[str]) -> set[str]:
+def _imported(tree: ast.Module, name: str) -> set[str]:
+    """Every module name an import statement names (relative ones made absolute), annotation-only ones included."""
     found: set[str] = set()
-    skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _type_checking_only(node):
-            skip |= {id(child) for child in ast.walk(node)}
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -65,7 +83,7 @@ def _imported(tree: ast.Module, name: str, package: str, modules: set[str]) -> s
                 base = ".".join(name.split(".")[: -node.level] + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}
-    return {m for m in found if m in modules and m != name and m != package}
+    return found
 
 
 def measure(package: Path) -> Shape:
@@ -75,7 +93,12 @@ def measure(package: Path) -> Shape:
     names = set(shape.modules)
     for name, path in shape.modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        shape.imports[name] = _imported(tree, name, package.name, names)
+        found = _imported(tree, name)
+        shape.external[name] = found
+        shape.imports[name] = {m for m in found if m in names and m != name and m != package.name}
+        shape.calls[name] = {
+            node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
@@ -134,6 +157,20 @@ def upward(imports: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def impure_core(shape: Shape, package: str) -> list[str]:
+    """core/ modules that import something that does I/O or reads the environment, or call open/print/input."""
+    found = []
+    for module in sorted(shape.modules):
+        if not module.startswith(f"{package}.core"):
+            continue
+        roots = {name for name in shape.external[module]} | {name.split(".")[0] for name in shape.external[module]}
+        for bad in sorted(roots & CORE_FORBIDDEN):
+            found.append(f"{module} imports {bad}")
+        for bad in sorted(shape.calls[module] & CORE_FORBIDDEN_CALLS):
+            found.append(f"{module} calls {bad}()")
+    return found
+
+
 def depth(imports: dict[str, set[str]]) -> int:
     """The longest chain of imports, in modules (1 for a module that imports nothing of the package)."""
     memo: dict[str, int] = {}
@@ -157,18 +194,20 @@ def report(package: Path) -> tuple[str, bool]:
     long_functions = sorted((f for f in shape.functions if f[0] > MAX_FUNCTION_LINES), reverse=True)
     longest = max(shape.functions, default=(0, "-"))
     unlayered = sorted(m for m in shape.modules if layer_of(m) is None and m != package.name)
+    impure = impure_core(shape, package.name)
     text = [
         f"modules: {len(shape.modules)}",
         f"import depth: {depth(shape.imports)} modules",
         f"import cycles: {len(found_cycles)}" + "".join(f"\n  {' <-> '.join(c)}" for c in found_cycles),
         f"upward imports: {len(found_upward)}" + "".join(f"\n  {u}" for u in found_upward),
         f"modules outside the layers: {len(unlayered)}" + "".join(f"\n  {m}" for m in unlayered),
+        f"core modules doing I/O or reading the environment: {len(impure)}" + "".join(f"\n  {m}" for m in impure),
         f"largest module: {max(lines.values())} lines; over {MAX_MODULE_LINES}: "
         + (", ".join(f"{name} ({n})" for n, name in big_modules) or "none"),
         f"longest function: {longest[1]} ({longest[0]} lines); over {MAX_FUNCTION_LINES}: "
         + (", ".join(f"{name} ({n})" for n, name in long_functions) or "none"),
     ]
-    ok = not (found_cycles or found_upward or unlayered or big_modules or long_functions)
+    ok = not (found_cycles or found_upward or unlayered or impure or big_modules or long_functions)
     return "\n".join(text), ok
 
 

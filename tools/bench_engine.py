@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 # isort: off
-import conductor_mcp  # noqa: F401  (first: it points litellm at its bundled price map before litellm loads)
+from conductor_mcp.runtime import prefer_bundled_price_map
+
+prefer_bundled_price_map()  # before litellm loads
 import litellm
 
 # isort: on
@@ -90,11 +92,11 @@ async def per_step(
     started = time.perf_counter()
     await Executor(pool, store, models).execute(run)
     executor_ms = (time.perf_counter() - started) * 1000 / steps
-    assert run.status == "done" and all(s.status == "done" for s in run.steps), run.stop_reason or run.error
+    assert run.status == "done" and all(s.status == "done" for s in run.steps), run.stop or run.error
     spec = pool.get("instant")
     all_messages = [store.step_messages(run.id, str(i)) or [] for i in range(steps)]
     sim_call = SimCall(task=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
-    request = providers._request(spec, [], sim_call)
+    request = providers.call_arguments(spec, [], sim_call)
     request.pop("messages")
     started = time.perf_counter()
     for messages in all_messages:

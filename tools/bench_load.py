@@ -347,7 +347,9 @@ def percentile(values: list[float], q: float) -> float:
 async def litellm_ms_per_call(pools: Path, calls: int) -> tuple[float, float]:
     """CPU ms of one direct litellm.acompletion on the sim pool, as the server makes it: (conductor, worker)."""
     # isort: off
-    import conductor_mcp  # noqa: F401  (first: it points litellm at its bundled price map before litellm loads)
+    from conductor_mcp.runtime import prefer_bundled_price_map
+
+    prefer_bundled_price_map()  # before litellm loads
     import litellm
 
     # isort: on
@@ -356,17 +358,18 @@ async def litellm_ms_per_call(pools: Path, calls: int) -> tuple[float, float]:
     from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
     from conductor_mcp.engine.conductor import response_format
     from conductor_mcp.models import providers
-    from conductor_mcp.models.sim import SimCall
+    from conductor_mcp.models.sim import SimCall, register
     from conductor_mcp.pools import load_pool
 
+    register()  # the server's Providers does this: `sim/*` through litellm
     pool = load_pool(CPU_POOL, [pools])
     sim_call = SimCall(simulation=pool.simulation or SimulationConfig(), time_scale=0.0)
     schema = response_format(pool.conductor, workflow_json_schema(pool.visible_ids(), pool.max_steps))
     worker = pool.workers[0]
     workflow = Workflow(steps=[Step(worker=pool.visible_ids()[0], instruction="Solve the task.", access=[])])
     shapes = {
-        "conductor": providers._request(pool.conductor, [], sim_call, response_format=schema),
-        "worker": providers._request(worker, [], sim_call),
+        "conductor": providers.call_arguments(pool.conductor, [], sim_call, response_format=schema),
+        "worker": providers.call_arguments(worker, [], sim_call),
     }
     timings = []
     for kind, request in shapes.items():

@@ -9,6 +9,10 @@ The same task set runs twice through the real engine on the `sim` pool, side by 
 
 from __future__ import annotations
 
+from conductor_mcp.runtime import prefer_bundled_price_map
+
+prefer_bundled_price_map()  # before the imports below load litellm
+
 import argparse
 import asyncio
 import sys
@@ -62,9 +66,10 @@ async def main() -> int:
         (pools / "sim-recursive.yaml").write_text(
             yaml.safe_dump({**doc, "name": "sim-recursive", "recursion": True, "self_correct": True})
         )
-        service = Service(Settings.from_env(state_dir=Path(tmp) / "state", pool_path=(pools,), sim_time_scale=0.0))
-        plain = await run_all(service, "sim", tasks, args.concurrency)
-        recursive = await run_all(service, "sim-recursive", tasks, args.concurrency)
+        settings = Settings.from_env(state_dir=Path(tmp) / "state", pool_path=(pools,), sim_time_scale=0.0)
+        async with Service.open(settings) as service:
+            plain = await run_all(service, "sim", tasks, args.concurrency)
+            recursive = await run_all(service, "sim-recursive", tasks, args.concurrency)
     print(f"{args.tasks} simulated tasks (seed {args.seed}), sim pool, one run each")
     print(f"{'':<22}{'plain':>16}{'recursive':>16}{'ratio':>10}")
     rows = [("accuracy", "accuracy", "{:.3f}"), ("tokens / task", "tokens", "{:.0f}"),

@@ -30,13 +30,17 @@ from pathlib import Path
 import httpx
 
 # isort: off
-import conductor_mcp  # noqa: F401  (first: it points litellm at its bundled price map before litellm loads)
+from conductor_mcp.runtime import prefer_bundled_price_map
+
+prefer_bundled_price_map()  # before litellm loads
 import litellm
 
 # isort: on
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run
 from conductor_mcp.learning.sim_tasks import task_set
+from conductor_mcp.runs.backends import open_store
+from conductor_mcp.runs.store import Store
 from conductor_mcp.service import Service
 from tests.conftest import HttpServer, headless_chromium, orchestrate, scripted_pool, sim_pool_doc, viewer_login
 
@@ -65,15 +69,20 @@ def long_text(tokens: int) -> str:
     return "\n".join(lines)
 
 
-def heavy_run(service: Service, pool_dir: Path) -> Run:
+def heavy_run(settings: Settings, pool_dir: Path) -> Run:
     """5 steps of ~8,000-token outputs, each step seeing every earlier one."""
     worker = sim_pool_doc()["workers"][0] | {"model": "openai/long", "params": {"mock_response": long_text(8000)}}
     steps = [("model_0", f"part {i}: write it out in full", "all" if i else []) for i in range(5)]
     scripted_pool(pool_dir, "heavy", steps, workers=[worker], simulation=None)
-    return asyncio.run(orchestrate(service, "Write a long report in five parts.", pool="heavy"))
+
+    async def run() -> Run:
+        async with Service.open(settings) as service:
+            return await orchestrate(service, "Write a long report in five parts.", pool="heavy")
+
+    return asyncio.run(run())
 
 
-def fill(service: Service, template: Run, count: int) -> None:
+def fill(store: Store, template: Run, count: int) -> None:
     """`count` stored runs: the template's header with its own id, time (older than the template), status, pool."""
     tasks = [t["question"] for t in task_set(64)]
     started = time.time() - count * 60
@@ -83,7 +92,7 @@ def fill(service: Service, template: Run, count: int) -> None:
             update={"id": f"b{i:07d}", "task": tasks[i % len(tasks)], "status": STATUSES[i % len(STATUSES)],
                     "pool": POOLS[i % len(POOLS)], "created_at": stamp, "steps": []}
         )  # fmt: skip
-        service.store.save_run(run)
+        store.save_run(run)
 
 
 def page_loads(base: str, token: str, path: str, loads: int) -> list[float]:
@@ -123,11 +132,12 @@ def verdict(ok: bool) -> str:
 def benchmark(args: argparse.Namespace, root: Path) -> bool:
     pool_dir = root / "pools"
     pool_dir.mkdir()
-    service = Service(settings(root / "state", pool_dir))
-    run = heavy_run(service, pool_dir)
+    state = settings(root / "state", pool_dir)
+    run = heavy_run(state, pool_dir)
     outputs = [litellm.token_counter(model="gpt-4o", text=s.output or "") for s in run.steps]  # the mock says 20
     began = time.perf_counter()
-    fill(service, run, args.runs)
+    store = open_store(state)
+    fill(store, run, args.runs)
     print(f"store: 1 run with {len(run.steps)} steps of {outputs} output tokens (gpt-4o tokenizer), + {args.runs} runs "
           f"(filled in {time.perf_counter() - began:.1f}s)")  # fmt: skip
     server = HttpServer(root / "state", pool_dir, **INSTANT)
@@ -145,7 +155,7 @@ def benchmark(args: argparse.Namespace, root: Path) -> bool:
               f"{statistics.median(loads) * 1000:.0f} ms, max {max(loads) * 1000:.0f} ms over {len(loads)} loads; "
               f"server CPU {server_cpu * 1000:.1f} ms/load; target < {PAGE_TARGET_S * 1000:.0f} ms: "
               f"{verdict(page_ok)}")  # fmt: skip
-        middle = service.store.list_runs(max(1, args.runs // 2))[-1]  # a cursor half-way down the store
+        middle = store.list_runs(max(1, args.runs // 2))[-1]  # a cursor half-way down the store
         pages = {
             "newest page": "/ui/",
             "status+pool filter": "/ui/?status=failed&pool=paper",
@@ -161,6 +171,7 @@ def benchmark(args: argparse.Namespace, root: Path) -> bool:
                   f"target < {LIST_TARGET_S * 1000:.0f} ms: {verdict(list_ok)}")  # fmt: skip
     finally:
         server.stop()
+        store.close()
     return ok
 
 
@@ -169,11 +180,16 @@ def screenshots(directory: Path, root: Path) -> None:
     last step opened). The simulated latencies run at a tenth of their nominal time, so the timeline has shape."""
     pool_dir = root / "shots-pools"
     pool_dir.mkdir()
-    service = Service(settings(root / "shots", pool_dir, time_scale=0.1))
-    runs = []
-    for task in task_set(8, seed=3):
-        metadata = {"domain": task["domain"], "answer": task["answer"], "difficulty": task["difficulty"]}
-        runs.append(asyncio.run(orchestrate(service, task["question"], pool="sim", metadata=metadata)))
+
+    async def simulated_runs() -> list[Run]:
+        async with Service.open(settings(root / "shots", pool_dir, time_scale=0.1)) as service:
+            runs = []
+            for task in task_set(8, seed=3):
+                metadata = {"domain": task["domain"], "answer": task["answer"], "difficulty": task["difficulty"]}
+                runs.append(await orchestrate(service, task["question"], pool="sim", metadata=metadata))
+            return runs
+
+    runs = asyncio.run(simulated_runs())
     shown = max(runs, key=lambda run: (len(run.steps), run.totals.wall_s))
     server = HttpServer(root / "shots", pool_dir, **INSTANT)
     browser = headless_chromium(1280, 720)

@@ -6,6 +6,10 @@ python tools/evaluate.py --pool frontier --dataset gpqa.jsonl --out eval-gpqa
 
 from __future__ import annotations
 
+from conductor_mcp.runtime import prefer_bundled_price_map
+
+prefer_bundled_price_map()  # before the imports below load litellm
+
 import asyncio
 import sys
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from conductor_mcp.runtime import prefer_bundled_price_map
+
+prefer_bundled_price_map()  # before the imports below load litellm
+
 import argparse
 import sys
 

@@ -15,21 +15,21 @@ import json
 import re
 from typing import Any
 
+from conductor_mcp.core.limits import MAX_TOOL_OUTPUT_CHARS
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.prompts import TOOL_TURN_INSTRUCTION
 from conductor_mcp.core.records import Run, StepRecord, ToolCall, ToolResult
-from conductor_mcp.core.request import MAX_TASK_CHARS, MAX_TOOLS, MAX_TOOLS_CHARS
 from conductor_mcp.core.workflow import Step
-from conductor_mcp.errors import RequestError, RequestTooLarge
+from conductor_mcp.errors import RequestError
 
 CALL_ID = re.compile(r"^call_([0-9a-f]{16})_(\d+)_(\d+)$")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
-MAX_TOOL_OUTPUT_CHARS = MAX_TASK_CHARS  # per result; a longer one is cut, with a note saying how much
 
 
 def function_tools(raw: Any, tool_choice: Any = None, where: str = "tools") -> list[dict[str, Any]]:
     """A request's function tools in chat format (either API's shape accepted). Other kinds (web search, a
-    namespace tool) are left out: a worker can only call functions. `tool_choice: "none"` offers none."""
+    namespace tool) are left out: a worker can only call functions. `tool_choice: "none"` offers none. Their
+    number and size are bounded by the RunRequest they go into."""
     if raw is None or tool_choice == "none":
         return []
     if not isinstance(raw, list):
@@ -46,11 +46,6 @@ def function_tools(raw: Any, tool_choice: Any = None, where: str = "tools") -> l
             raise RequestError(f"{where}[{i}].name: must be 1-128 letters, digits, '_', '.' or '-', got {name!r}")
         function = {"name": name, **{k: spec[k] for k in ("description", "parameters", "strict") if k in spec}}
         tools.append({"type": "function", "function": function})
-    if len(tools) > MAX_TOOLS:
-        raise RequestTooLarge(f"{where}: {len(tools)} function tools, over the limit of {MAX_TOOLS}")
-    size = len(json.dumps(tools))
-    if size > MAX_TOOLS_CHARS:
-        raise RequestTooLarge(f"{where}: the definitions come to {size} characters, over the limit {MAX_TOOLS_CHARS}")
     return tools
 
 

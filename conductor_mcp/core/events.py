@@ -6,13 +6,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from conductor_mcp.core.records import StepRecord
-from conductor_mcp.logs import get_logger
-
-log = get_logger(__name__)
+from conductor_mcp.core.records import Run, StepRecord
 
 EventKind = Literal[
-    "conductor_started", "conductor_finished", "step_started", "step_finished", "heartbeat", "run_finished"
+    "conductor_started",
+    "conductor_finished",
+    "step_started",
+    "step_finished",
+    "heartbeat",
+    "changed",  # a run followed through the store (executing in another process) changed there
+    "run_finished",
 ]
 
 
@@ -29,11 +32,13 @@ class ProgressEvent:
 ProgressCallback = Callable[[ProgressEvent], Awaitable[None]]
 
 
-async def emit(on_event: ProgressCallback | None, event: ProgressEvent) -> None:
-    """Deliver a progress event; a failing listener never breaks the run."""
-    if on_event is None:
-        return
-    try:
-        await on_event(event)
-    except Exception as exc:
-        log.warning("progress_listener_failed", kind=event.kind, error=f"{type(exc).__name__}: {exc}")
+def heartbeat_event(run: Run) -> ProgressEvent:
+    """Said when nothing else has happened for a while: a client's idle timer restarts on it."""
+    finished = sum(1 for s in run.steps if s.status == "done")
+    message = f"still running: {finished}/{len(run.steps)} steps done"
+    return ProgressEvent("heartbeat", run.id, message, None, finished, len(run.steps))
+
+
+def changed_event(run: Run) -> ProgressEvent:
+    finished = sum(1 for s in run.steps if s.status == "done")
+    return ProgressEvent("changed", run.id, f"run {run.status}", None, finished, len(run.steps))

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from conductor_mcp.config import environment_value
+from conductor_mcp.core.limits import MAX_STEPS
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import PoolError
 
@@ -105,7 +105,7 @@ class Pool(BaseModel):
     conductor: ConductorSpec
     workers: list[WorkerSpec] = Field(min_length=1)
     default_worker: str | None = Field(default=None, description="the worker a fallback one-step workflow uses")
-    max_steps: int = Field(default=5, ge=1, le=20)
+    max_steps: int = Field(default=5, ge=1, le=MAX_STEPS)
     anonymize: bool = Field(default=True, description="show workers to the conductor as model_0..k, as the paper does")
     recursion: bool = Field(default=False, description="offer the conductor itself as a worker (recursive correction)")
     self_correct: bool = Field(default=False, description="always give the conductor one recursive look at the end")
@@ -170,13 +170,9 @@ class Pool(BaseModel):
         """Every model the pool calls: the conductor, then the workers."""
         return [self.conductor, *self.workers]
 
-    def missing_keys(self) -> list[str]:
-        """Environment variables the pool's models need that are not set (names only, never values)."""
-        names = {spec.api_key_env for spec in self.specs() if spec.api_key_env}
-        return sorted(name for name in names if environment_value(name) is None)
-
-    def needs_keys(self) -> bool:
-        return any(spec.api_key_env for spec in self.specs())
+    def key_names(self) -> list[str]:
+        """The environment variables the pool's models read their API keys from (names, never values)."""
+        return sorted({spec.api_key_env for spec in self.specs() if spec.api_key_env})
 
     def digest(self) -> str:
         """Identifies the pool's content, so a stored run says exactly which pool it ran on."""

@@ -16,10 +16,9 @@ import json
 import re
 from typing import Any
 
+from conductor_mcp.core.limits import MAX_SEEN_OUTPUT_CHARS
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.workflow import Step, Workflow
-
-MAX_SEEN_OUTPUT_CHARS = 48_000  # a step's output is cut to this for the steps that see it (recorded)
 
 FALLBACK_INSTRUCTION = "Solve the task completely and state the final answer clearly."
 CORRECTION_REQUEST = (

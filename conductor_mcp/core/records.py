@@ -10,16 +10,18 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Step, Workflow
 
 RunStatus = Literal["planned", "running", "done", "failed", "interrupted", "cancelled"]
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 StepStatus = Literal["pending", "running", "done", "failed", "cancelled", "skipped"]
 
 
@@ -105,6 +107,15 @@ class StepRecord(CallUsage):
         default_factory=list,
         description="a tool turn: the client's results for the previous step's tool calls, given to the same worker",
     )
+    recovery: bool = Field(default=False, description="a conductor step that re-planned after a step failed")
+    stop: Stop | None = Field(
+        default=None, description="the limit that held this step back (skipped) or cut its corrective workflow short"
+    )
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The step's place in the workflow tree: nested steps come after their parent's earlier siblings."""
+        return tuple(int(part) for part in self.key.split("."))
 
     def label(self) -> str:
         """The id the conductor used, with the pool's worker id when the pool is anonymised."""
@@ -128,9 +139,7 @@ class Run(BaseModel):
     self_correct: bool = False
     max_depth: int = 2
     max_calls: int = Field(default=10, description="most step and recursive conductor calls in the whole run")
-    stop_reason: str | None = Field(
-        default=None, description="why the run stopped early with its best answer, if it did"
-    )
+    stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
     status: RunStatus = "planned"
     parent_id: str | None = None
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
@@ -148,6 +157,19 @@ class Run(BaseModel):
     answer: str | None = None
     error: str | None = None
     totals: Totals = Field(default_factory=Totals)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_stop(cls, data: Any) -> Any:
+        """A run stored before outcomes were typed says why it stopped early in `stop_reason` only."""
+        if isinstance(data, dict) and data.get("stop_reason") and not data.get("stop"):
+            data = {**data, "stop": legacy_stop(data["stop_reason"])}
+        return data
+
+    def best_answer(self) -> str | None:
+        """The answer so far: the output of the latest finished step in workflow order (never timing)."""
+        finished = [step for step in self.steps if step.status == "done" and step.output]
+        return max(finished, key=lambda step: step.order).output if finished else None
 
     def request(self) -> RunRequest:
         """The request this run carries out (a follow-up copies it with changes)."""
@@ -174,6 +196,7 @@ class Run(BaseModel):
         """Record that the process running this run died: the run interrupted, its running steps cancelled.
         Returns those steps' positions (for Store.update)."""
         self.status, self.error = "interrupted", "the process running it stopped; continue_workflow resumes it"
+        self.stop = Stop(kind="interrupted", detail=self.error)
         changed = [position for position, step in enumerate(self.steps) if step.status == "running"]
         for position in changed:
             self.steps[position].status, self.steps[position].error = "cancelled", "interrupted"

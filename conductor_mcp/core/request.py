@@ -8,18 +8,21 @@ Bad values raise RequestError naming the field and the limit.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from conductor_mcp.core.limits import (
+    MAX_CONTEXT_CHARS,
+    MAX_FEEDBACK_CHARS,
+    MAX_FILES,
+    MAX_STEPS,
+    MAX_TASK_CHARS,
+    MAX_TOOLS,
+    MAX_TOOLS_CHARS,
+)
 from conductor_mcp.core.usage import Budget
-from conductor_mcp.errors import RequestError
-
-MAX_STEPS_LIMIT = 20
-MAX_TASK_CHARS = 100_000
-MAX_CONTEXT_CHARS = 400_000
-MAX_TOOLS = 128
-MAX_TOOLS_CHARS = 200_000  # the definitions of the client's tools, as JSON (Codex sends ~20 KB)
+from conductor_mcp.errors import RequestError, RequestTooLarge
 
 TaskText = Annotated[
     str,
@@ -38,16 +41,26 @@ ContextText = Annotated[
 ]
 StepLimit = Annotated[
     int | None,
-    Field(ge=1, le=MAX_STEPS_LIMIT, description="Most steps the conductor may use. Default: the pool's limit."),
+    Field(ge=1, le=MAX_STEPS, description="Most steps the conductor may use. Default: the pool's limit."),
 ]
 FeedbackText = Annotated[
     str | None,
     Field(
-        max_length=MAX_TASK_CHARS,
+        max_length=MAX_FEEDBACK_CHARS,
         description="What was wrong or missing; starts a follow-up run in which the conductor sees the earlier "
         "steps and this feedback (workers see the feedback too).",
     ),
 ]
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+# How much of the team a reasoning effort asks for (OpenAI's `reasoning.effort`): RunRequest fields.
+EFFORT_LIMITS: dict[str, dict[str, Any]] = {
+    "none": {"max_steps": 1},
+    "minimal": {"max_steps": 1},
+    "low": {"max_steps": 2},
+    "medium": {},
+    "high": {"max_steps": MAX_STEPS},
+    "xhigh": {"max_steps": MAX_STEPS, "self_correct": True},
+}
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]*$"  # names on the pool search path only: never a file path
 PoolName = Annotated[
     str | None,
@@ -70,7 +83,7 @@ class FileRef(BaseModel):
 FilesArg = Annotated[
     list[str] | None,
     Field(
-        max_length=50,
+        max_length=MAX_FILES,
         description="Paths of text files the workers need (read by the server, each shown with its path). They "
         "must lie inside your roots (or the server's working directory); counts toward the context limit.",
     ),
@@ -91,7 +104,7 @@ class RunRequest(BaseModel):
     self_correct: bool | None = Field(default=None, description="None: the pool's setting")
     files: tuple[FileRef, ...] = Field(default=(), description="files read into the context, for the record")
     tools: tuple[dict[str, Any], ...] = Field(
-        default=(), max_length=MAX_TOOLS, description="the client's function tools (chat format), for the final step"
+        default=(), description="the client's function tools (chat format), for the final step"
     )
 
     @field_validator("task")
@@ -104,6 +117,8 @@ class RunRequest(BaseModel):
     @field_validator("tools")
     @classmethod
     def _tools_bounded(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        if len(value) > MAX_TOOLS:
+            raise ValueError(f"{len(value)} function tools, over the limit of {MAX_TOOLS}")
         size = len(json.dumps(value))
         if size > MAX_TOOLS_CHARS:
             raise ValueError(f"the tool definitions come to {size} characters, over the limit of {MAX_TOOLS_CHARS}")
@@ -115,11 +130,18 @@ class RunRequest(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            raise RequestError("; ".join(_describe(error) for error in exc.errors())) from None
+            errors = exc.errors()
+            kind = RequestTooLarge if all(_too_large(error) for error in errors) else RequestError
+            raise kind("; ".join(_describe(error) for error in errors)) from None
 
     def but(self, **changes: Any) -> RunRequest:
         """A copy with some fields changed (follow-up runs), validated like a new request."""
         return RunRequest.of(**{**self.model_dump(), **changes})
+
+
+def _too_large(error: Any) -> bool:
+    """A size limit (a door may answer it as 413), not a malformed value."""
+    return error["type"] in ("string_too_long", "too_long") or "over the limit" in str(error["msg"])
 
 
 def _describe(error: Any) -> str:
@@ -130,5 +152,5 @@ def _describe(error: Any) -> str:
     if kind == "string_too_long":
         return f"{field}: {len(value)} characters exceeds the limit of {ctx['max_length']}"
     if field == "max_steps" and kind in ("greater_than_equal", "less_than_equal"):
-        return f"{field}: must be between 1 and {MAX_STEPS_LIMIT}, got {value}"
+        return f"{field}: must be between 1 and {MAX_STEPS}, got {value}"
     return f"{field}: {str(error['msg']).removeprefix('Value error, ')}"

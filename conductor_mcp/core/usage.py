@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-BUDGET_REACHED = "budget reached"  # in every reason a budget gives for refusing a call (doors recognise it)
+from conductor_mcp.core.outcome import Stop
 
 
 class CallUsage(BaseModel):
@@ -32,17 +32,15 @@ class Budget(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_usd: float | None = Field(default=None, gt=0)
 
-    def exceeded_by(self, spent: tuple[int, float], next_call: tuple[int, float], scope: str = "") -> str | None:
-        """Why a next call of ~`next_call` (tokens, USD) on top of `spent` would pass a cap, or None."""
+    def exceeded_by(self, spent: tuple[int, float], next_call: tuple[int, float]) -> Stop | None:
+        """The stop a next call of ~`next_call` (tokens, USD) on top of `spent` would meet, or None."""
         (tokens, usd), (next_tokens, next_usd) = spent, next_call
         if self.max_tokens is not None and tokens + next_tokens > self.max_tokens:
-            return (
-                f"{scope}token {BUDGET_REACHED}: {tokens} spent + ~{next_tokens} for the next call > {self.max_tokens}"
-            )
+            detail = f"token budget reached: {tokens} spent + ~{next_tokens} for the next call > {self.max_tokens}"
+            return Stop(kind="token_budget", detail=detail)
         if self.max_usd is not None and usd + next_usd > self.max_usd:
-            return (
-                f"{scope}USD {BUDGET_REACHED}: ${usd:.4f} spent + ~${next_usd:.4f} for the next call > ${self.max_usd}"
-            )
+            detail = f"USD budget reached: ${usd:.4f} spent + ~${next_usd:.4f} for the next call > ${self.max_usd}"
+            return Stop(kind="usd_budget", detail=detail)
         return None
 
 
@@ -64,5 +62,6 @@ class ServerBudget(Budget):
             return f"server USD budget exhausted: ${self.usd:.4f} of ${self.max_usd} spent"
         return None
 
-    def next_call_exceeds(self, tokens: int, usd: float) -> str | None:
-        return self.exceeded_by((self.tokens, self.usd), (tokens, usd), scope="server ")
+    def next_call_exceeds(self, tokens: int, usd: float) -> Stop | None:
+        stop = self.exceeded_by((self.tokens, self.usd), (tokens, usd))
+        return None if stop is None else Stop(kind="server_budget", detail=f"server {stop.detail}")

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
+from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.doors.openai import error_body, openai_routes
 from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
@@ -31,6 +33,7 @@ from conductor_mcp.logs import get_logger, register_secret
 from conductor_mcp.runs.private import open_private, private_dir, private_file
 
 if TYPE_CHECKING:
+    from conductor_mcp.reader import RunReader
     from conductor_mcp.service import Service
 
 log = get_logger(__name__)
@@ -165,6 +168,7 @@ def http_app(
     allowed_hosts: list[str],
     service: Service | None = None,
     viewer: ViewerAuth | None = None,
+    links: Links | None = None,
 ) -> Any:
     """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth.
 
@@ -176,12 +180,12 @@ def http_app(
     viewer = viewer or ViewerAuth(token)
     if service is not None:
         guard = TransportSecurityMiddleware(security)
-        app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request)))
+        app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request), links))
         app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
     return BearerTokenMiddleware(app, token, viewer) if token else app
 
 
-def viewer_app(service: Service, host: str, token: str, viewer: ViewerAuth) -> Any:
+def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) -> Any:
     """The run viewer alone (`conductor-mcp view`): read only, behind the Host check and its own token."""
     from starlette.applications import Starlette
 
@@ -196,8 +200,12 @@ def base_url(host: str, port: int) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
+def viewer_links(host: str, port: int) -> Links:
+    """Where the viewer of a server bound to `host:port` shows each run."""
+    return Links(f"{base_url(host, port)}/ui/")
+
+
 async def serve_http(
-    server: MCPServer,
     service: Service,
     host: str,
     port: int,
@@ -205,27 +213,25 @@ async def serve_http(
     allowed_hosts: list[str],
     viewer: ViewerAuth | None = None,
 ) -> None:
-    """Serve the doors over HTTP until stopped; then close the service (its running runs become interrupted)."""
+    """Serve the doors over HTTP until stopped (the caller's `Service.open` block then closes the service: its
+    running runs become interrupted)."""
     import uvicorn
 
     if token:
         register_secret(token)  # masked in every log line, whatever logs it
-    app = http_app(server, host, token, allowed_hosts, service, viewer)
-    service.viewer_base = f"{base_url(host, port)}/ui/"
+    links = viewer_links(host, port)
+    app = http_app(build_server(service, links), host, token, allowed_hosts, service, viewer, links)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )  # fmt: skip
     log.info("http_listening", url=f"http://{host}:{port}/mcp", openai=f"http://{host}:{port}/v1",
              auth="bearer" if token else "none")  # fmt: skip
-    try:
-        await uvicorn.Server(config).serve()
-    finally:
-        await service.close()
+    await uvicorn.Server(config).serve()
 
 
 async def serve_viewer(
-    service: Service, host: str, port: int, token: str, viewer: ViewerAuth, announce: Callable[[int], None]
+    service: RunReader, host: str, port: int, token: str, viewer: ViewerAuth, announce: Callable[[int], None]
 ) -> None:
     """`conductor-mcp view`: the viewer alone on loopback until stopped. `announce` hears the port (0 picks a
     free one) once the socket listens, so the first click on the URL it prints is served."""

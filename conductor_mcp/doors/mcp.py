@@ -1,10 +1,11 @@
 """The MCP door: orchestrate, plan, continue_workflow, runs and pools as tools; runs and pools as resources.
 
-Every tool that calls models reports progress (step started / finished, with the worker) and a heartbeat at
-least every 15 s, and blocks at most `wait_seconds`: past that the run goes on in the background and the
-result says `status: running` with the run id to pass to `continue_workflow`. The text content of a result is
-a short markdown summary (answer first); the structured content is the transcript; resources hold the rest.
-A door translates: arguments become a RunRequest, runs become results, and the error tree becomes ToolError.
+Every tool that calls models reports progress (step started / finished, with the worker) and a heartbeat
+(CONDUCTOR_HEARTBEAT_S, 10 s by default) while nothing else happens, and blocks at most `wait_seconds`: past
+that the run goes on in the background and the result says `status: running` with the run id to pass to
+`continue_workflow`. The text content of a result is a short markdown summary (answer first); the structured
+content is the transcript; resources hold the rest. A door translates: arguments become a RunRequest, runs
+become results, and the error tree becomes ToolError.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -25,8 +26,9 @@ from pydantic import Field
 from conductor_mcp import __version__
 from conductor_mcp.context_files import read_context_files, roots_from_uris
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.limits import MAX_RUNS_LISTED
 from conductor_mcp.core.prompts import with_files
-from conductor_mcp.core.records import Run
+from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.core.request import (
     POOL_NAME,
     ContextText,
@@ -40,6 +42,7 @@ from conductor_mcp.core.request import (
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
+from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.results import (
     Detail,
     PlanResult,
@@ -52,15 +55,13 @@ from conductor_mcp.doors.results import (
     runs_result,
 )
 from conductor_mcp.doors.tasks import TasksExtension, hand_over
-from conductor_mcp.engine.cost import estimate_cost
-from conductor_mcp.errors import ConductorError, PoolError
+from conductor_mcp.errors import ConductorError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.runs.render import to_markdown
 from conductor_mcp.service import Service
 
 log = get_logger(__name__)
 
-HEARTBEAT_S = 10.0
 DEFAULT_WAIT_S = 45.0  # below the ~60 s at which Claude Desktop and older Codex versions cut a tool call
 MAX_WAIT_S = 3600.0
 
@@ -149,24 +150,36 @@ class ProgressRelay:
         await self.ctx.report_progress(self.count, None, f"{event.message}{total}")
 
 
-async def collect(
-    service: Service, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool
-) -> CallToolResult:
-    """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
-    other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels it."""
-    if not hand_over(run, detail):
-        relay = ProgressRelay(ctx)
-        run = await service.wait(run.id, wait_seconds, relay, HEARTBEAT_S, cancel_on_exit=cancel_on_exit, coalesce=True)
-    return run_result(run, detail, service.viewer_url(run.id))
+class Door:
+    """What every tool shares: the service, and where the viewer shows a run."""
+
+    def __init__(self, service: Service, links: Links) -> None:
+        self.service = service
+        self.links = links
+
+    async def collect(
+        self, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool
+    ) -> CallToolResult:
+        """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
+        other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
+        it."""
+        if not hand_over(run, detail):
+            run = await self.service.wait(
+                run.id, wait_seconds, ProgressRelay(ctx), self.service.settings.heartbeat_s,
+                cancel_on_exit=cancel_on_exit, coalesce=True,
+            )  # fmt: skip
+        return run_result(run, detail, self.links.run(run.id))
 
 
-def build_server(service: Service) -> MCPServer:
+def build_server(service: Service, links: Links | None = None) -> MCPServer:
+    links = links or Links()
     server = MCPServer(
         "conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-        extensions=[TasksExtension(service)],
+        extensions=[TasksExtension(service, links)],
     )  # fmt: skip
-    _register_orchestrate(server, service)
-    _register_plan_and_continue(server, service)
+    door = Door(service, links)
+    _register_orchestrate(server, door)
+    _register_plan_and_continue(server, door)
     _register_read_tools(server, service)
     _register_resources(server, service)
     return server
@@ -174,14 +187,11 @@ def build_server(service: Service) -> MCPServer:
 
 async def serve_stdio(service: Service) -> None:
     """The MCP door on stdin/stdout (the host starts this process); a message over 4 MiB is dropped."""
-    try:
-        with bounded_stdin():
-            await build_server(service).run_stdio_async()
-    finally:
-        await service.close()
+    with bounded_stdin():
+        await build_server(service).run_stdio_async()
 
 
-def _register_orchestrate(server: MCPServer, service: Service) -> None:
+def _register_orchestrate(server: MCPServer, door: Door) -> None:
     @server.tool(
         title="Orchestrate a team of LLMs",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
@@ -204,16 +214,18 @@ def _register_orchestrate(server: MCPServer, service: Service) -> None:
         detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
-            context, file_refs = await context_with_files(ctx, service, context, files)
+            context, file_refs = await context_with_files(ctx, door.service, context, files)
             request = RunRequest.of(
                 task=task, pool=pool, max_steps=max_steps, context=context, self_correct=self_correct,
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd), files=file_refs,
             )  # fmt: skip
-            run = service.start(request)
-        return await collect(service, run, wait_seconds, detail, ctx, cancel_on_exit=True)
+            run = door.service.start(request)
+        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
 
 
-def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
+def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
+    service = door.service
+
     @server.tool(
         title="Plan a workflow (no worker is called)",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True),
@@ -232,9 +244,7 @@ def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
             context, file_refs = await context_with_files(ctx, service, context, files)
             request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs)
             run = await service.plan(request, on_event=ProgressRelay(ctx))
-        pool_ = service.pool(run.pool)
-        assert run.workflow is not None
-        return plan_result(run, pool_, estimate_cost(run.workflow, pool_, run.task, run.context))
+            return plan_result(run, service.pools.get(run.pool), service.estimate(run))
 
     @server.tool(
         title="Continue, resume or correct a run",
@@ -251,9 +261,10 @@ def _register_plan_and_continue(server: MCPServer, service: Service) -> None:
         detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
         with tool_errors():
-            collecting = run_id in service.active  # someone else's call started it: leaving must not cancel it
+            collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
             run = service.continue_run(run_id, feedback)
-        return await collect(service, run, wait_seconds, detail, ctx, cancel_on_exit=not collecting)
+            resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
+        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed)
 
 
 def _register_read_tools(server: MCPServer, service: Service) -> None:
@@ -263,11 +274,8 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         description="List recent runs, newest first, with their status.",
     )
     def runs(
-        limit: Annotated[int, Field(ge=1, le=100, description="How many runs to list.")] = 10,
-        status: Annotated[
-            Literal["planned", "running", "done", "failed", "interrupted", "cancelled"] | None,
-            Field(description="Only runs in this status."),
-        ] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_RUNS_LISTED, description="How many runs to list.")] = 10,
+        status: Annotated[RunStatus | None, Field(description="Only runs in this status.")] = None,
     ) -> RunsResult:
         with tool_errors():
             return runs_result(service.list_runs(limit, status))
@@ -278,8 +286,9 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         description="List the pools of workers available, with each worker's strengths.",
     )
     def pools() -> PoolsResult:
-        infos = [pool_info(s, None if s.error else service.pool(s.name)) for s in service.pools()]
-        return PoolsResult(default_pool=service.default_pool_name(), pools=infos)
+        catalog = service.pools
+        infos = [pool_info(s, None if s.error else catalog.get(s.name)) for s in catalog.summaries()]
+        return PoolsResult(default_pool=catalog.default_name(), pools=infos)
 
 
 def _register_resources(server: MCPServer, service: Service) -> None:
@@ -302,10 +311,12 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     def step_resource(run_id: str, index: str) -> str:
         try:
             run = service.get_run(run_id)
-            step = next(s for s in run.steps if s.key == index)
-            messages = service.store.step_messages(run_id, index)
-        except (ConductorError, LookupError, StopIteration):
-            raise ResourceError(f"run {run_id!r} has no step {index!r}") from None
+            step = next((s for s in run.steps if s.key == index), None)
+            messages = service.step_messages(run_id, index)
+        except ConductorError as exc:
+            raise ResourceError(str(exc)) from None
+        if step is None:
+            raise ResourceError(f"run {run_id!r} has no step {index!r}")
         return json.dumps({"record": step.model_dump(mode="json"), "messages": messages}, indent=2)
 
     @server.resource(
@@ -318,8 +329,8 @@ def _register_resources(server: MCPServer, service: Service) -> None:
         if not re.match(POOL_NAME, name):
             raise ResourceError(f"no pool named {name!r}")
         try:
-            return json.dumps(service.pool(name).public_view(), indent=2)
-        except PoolError as exc:
+            return json.dumps(service.pools.get(name).public_view(), indent=2)
+        except ConductorError as exc:
             raise ResourceError(str(exc)) from None
 
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")

@@ -8,7 +8,6 @@ completion, or an SSE stream of progress then answer (openai_stream.py). Every a
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -18,8 +17,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.limits import MAX_BODY_BYTES
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
+from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
 from conductor_mcp.doors.openai_wire import (
     Asked,
@@ -47,15 +48,12 @@ from conductor_mcp.errors import (
     RunNotFound,
 )
 from conductor_mcp.logs import get_logger
-from conductor_mcp.pools import available_pools
 
 if TYPE_CHECKING:
     from conductor_mcp.service import Service
 
 log = get_logger(__name__)
 
-MODEL = "conductor"
-MAX_BODY_BYTES = 8 * 1024 * 1024  # a long Codex history with tool outputs fits; the run's own limits apply after
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would re-send (and re-pay for) a run that failed
 CHAT_PARAMS = {
     "task": "messages", "context": "messages", "input": "messages", "run_id": "messages",
@@ -99,11 +97,11 @@ def progress_line(event: ProgressEvent) -> str:
 class OpenAIDoor:
     """The routes' handlers over one service; `guard` is the server's Host/Origin check (None: none)."""
 
-    def __init__(self, service: Service, guard: Guard | None = None) -> None:
+    def __init__(self, service: Service, guard: Guard | None = None, links: Links | None = None) -> None:
         self.service = service
         self.guard = guard
-        self.keepalive_s = service.settings.openai_keepalive_s
-        self._watchers: set[asyncio.Task[Run]] = set()
+        self.links = links or Links()
+        self.keepalive_s = service.settings.heartbeat_s
 
     def routes(self) -> list[Route]:
         return [
@@ -131,20 +129,9 @@ class OpenAIDoor:
         return endpoint
 
     # -- models and runs --------------------------------------------------------------------------
-    def model_ids(self) -> list[str]:
-        return [MODEL, *(f"{MODEL}/{name}" for name in available_pools(list(self.service.settings.pool_dirs)))]
-
-    def pool_for(self, model: str) -> str | None:
-        """The pool a model name stands for (None: the server's default); unknown names are ModelNotFound."""
-        if model == MODEL:
-            return None
-        name = model.removeprefix(f"{MODEL}/")
-        if model.startswith(f"{MODEL}/") and model in self.model_ids():
-            return name
-        raise ModelNotFound(f"model: no model named {model!r}; this server has {', '.join(self.model_ids())}")
-
     async def models(self, request: Request) -> Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "conductor-mcp"} for m in self.model_ids()]
+        models = self.service.pools.model_ids()
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "conductor-mcp"} for m in models]
         return JSONResponse({"object": "list", "data": data})
 
     async def run(self, request: Request) -> Response:
@@ -181,7 +168,7 @@ class OpenAIDoor:
             return self._sse(run, wire(run, model, created))
         lines = [opening_line(run)]
         run = await self._finish(run, lines)
-        viewer = self.service.viewer_url(run.id)
+        viewer = self.links.run(run.id)
         if not finished_ok(run):
             return _failure(run, viewer)
         if wire is ChatStream:
@@ -197,47 +184,38 @@ class OpenAIDoor:
 
     def _go_on(self, reply: ToolReply) -> Run:
         """The client's tool results, given to the run's final worker as a new step of the same run."""
-        self.pool_for(reply.model)  # an unknown model is refused as it is for a new run
+        self.service.pools.pool_of_model(reply.model)  # an unknown model is refused as it is for a new run
         run = self.service.answer_tool_calls(reply.run_id, reply.results)
         log.info("openai_tool_turn", run_id=run.id, results=len(reply.results), stream=reply.stream)
         return run
 
     def _start(self, asked: Asked) -> Run:
-        pool = self.pool_for(asked.model)
+        pool = self.service.pools.pool_of_model(asked.model)
         request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **asked.run_fields)
         run = self.service.start(request)
         log.info("openai_run_started", run_id=run.id, model=asked.model, stream=asked.stream)
         return run
 
-    def _watch(self, run: Run, on_event: Callable[[ProgressEvent], Awaitable[None]]) -> asyncio.Task[Run]:
-        """Wait on the run in a task of its own, so that a caller who goes away does not cancel the run."""
-        task = asyncio.get_running_loop().create_task(self.service.wait(run.id, None, on_event, self.keepalive_s))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
-        return task
-
     async def _finish(self, run: Run, lines: list[str]) -> Run:
+        """Follow the run to its end, keeping its progress lines; a client that goes away stops following only
+        (the run goes on and stays in the store)."""
+
         async def collect(event: ProgressEvent) -> None:
             if event.kind not in ("heartbeat", "conductor_started"):
                 lines.append(progress_line(event))
 
-        return await asyncio.shield(self._watch(run, collect))
+        return await self.service.wait(run.id, None, collect, self.keepalive_s)
 
     def _sse(self, run: Run, stream: ResponsesStream | ChatStream) -> Response:
-        queue: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
-
         async def events() -> AsyncIterator[str]:
             yield stream.start() + stream.progress(opening_line(run))
-            watcher = self._watch(run, queue.put)
-            watcher.add_done_callback(lambda _: queue.put_nowait(None))
-            while (event := await queue.get()) is not None:
-                if event.kind == "conductor_started":
-                    continue
-                yield KEEPALIVE if event.kind == "heartbeat" else stream.progress(progress_line(event))
-            yield stream.finish(watcher.result())
+            async for event in self.service.follow(run.id, self.keepalive_s):
+                if event.kind != "conductor_started":
+                    yield KEEPALIVE if event.kind == "heartbeat" else stream.progress(progress_line(event))
+            yield stream.finish(self.service.get_run(run.id))
 
         headers = {"cache-control": "no-cache", "x-accel-buffering": "no", "x-conductor-run-id": run.id}
-        if viewer := self.service.viewer_url(run.id):
+        if viewer := self.links.run(run.id):
             headers["x-conductor-viewer-url"] = viewer
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
@@ -271,6 +249,6 @@ def _with_run_id(response: Response, run: Run, viewer: str | None) -> Response:
     return response
 
 
-def openai_routes(service: Service, guard: Guard | None = None) -> list[Route]:
+def openai_routes(service: Service, guard: Guard | None = None, links: Links | None = None) -> list[Route]:
     """The door's routes, for doors/http.py to mount beside /mcp."""
-    return OpenAIDoor(service, guard).routes()
+    return OpenAIDoor(service, guard, links).routes()

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_mcp.core.client_tools import final_record, function_tools, run_of_call, tool_result
+from conductor_mcp.core.outcome import BUDGETS
 from conductor_mcp.core.records import Run, ToolCall, ToolResult
-from conductor_mcp.core.request import MAX_CONTEXT_CHARS, MAX_STEPS_LIMIT, MAX_TASK_CHARS
-from conductor_mcp.core.usage import BUDGET_REACHED
-from conductor_mcp.errors import RequestError, RequestTooLarge
+from conductor_mcp.core.request import EFFORT_LIMITS
+from conductor_mcp.errors import RequestError
 
 TEXT_PARTS = {"text", "input_text", "output_text", "summary_text", "refusal"}
 UNSUPPORTED_PARTS = {
@@ -24,7 +24,6 @@ UNSUPPORTED_PARTS = {
     "input_audio": "audio", "audio": "audio",
 }  # fmt: skip
 SKIPPED_ITEMS = {"reasoning", "item_reference"}  # encrypted or unresolvable: nothing a worker could read
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 @dataclass(frozen=True)
@@ -100,22 +99,13 @@ def _chat_turn(message: Any, where: str) -> tuple[str, str]:
 
 
 def _task_and_context(turns: list[tuple[str, str]], field_name: str) -> tuple[str, str | None]:
-    """The last user message is the task; every other turn, in order and labelled, is the context."""
+    """The last user message is the task; every other turn, in order and labelled, is the context (their sizes
+    are the RunRequest's to check)."""
     last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
     if last_user is None or not turns[last_user][1].strip():
         raise RequestError(f"{field_name}: no user message with text; the last user message is the task")
-    task = turns[last_user][1]
-    if len(task) > MAX_TASK_CHARS:
-        raise RequestTooLarge(
-            f"{field_name}: the last user message has {len(task)} characters, over the limit of {MAX_TASK_CHARS}"
-        )
     context = "\n\n".join(f"[{role}]\n{text}" for i, (role, text) in enumerate(turns) if i != last_user and text)
-    if len(context) > MAX_CONTEXT_CHARS:
-        raise RequestTooLarge(
-            f"{field_name}: the earlier messages and instructions come to {len(context)} characters, over the "
-            f"context limit of {MAX_CONTEXT_CHARS}; send a shorter history"
-        )
-    return task, context or None
+    return turns[last_user][1], context or None
 
 
 def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name: str) -> dict[str, Any]:
@@ -129,18 +119,11 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
         max_usd = None if max_usd is None else float(max_usd)
     except (TypeError, ValueError):
         raise RequestError(f"metadata.max_usd: must be a number of US dollars, got {max_usd!r}") from None
-    if effort is not None and effort not in EFFORTS:
-        raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORTS)}, got {effort!r}")
-    steps = {"none": 1, "minimal": 1, "low": 2, "high": MAX_STEPS_LIMIT, "xhigh": MAX_STEPS_LIMIT}.get(effort or "")
+    if effort is not None and effort not in EFFORT_LIMITS:
+        raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORT_LIMITS)}, got {effort!r}")
     tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
-    fields: dict[str, Any] = {
-        "budget": {"max_tokens": max_tokens, "max_usd": max_usd},
-        "max_steps": steps,
-        "tools": tools,
-    }
-    if effort == "xhigh":
-        fields["self_correct"] = True
-    return fields
+    limits = EFFORT_LIMITS[effort] if effort is not None else {}
+    return {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "tools": tools, **limits}
 
 
 def _model(body: dict[str, Any]) -> str:
@@ -279,6 +262,20 @@ def finished_ok(run: Run) -> bool:
     return run.status == "done" and run.answer is not None
 
 
+def outcome(run: Run) -> tuple[str, str | None]:
+    """The one mapping of a run's outcome to OpenAI's terms: the response status, and why it is incomplete.
+
+    A limit (the caller's max_output_tokens or max_usd, the server's budget, a call or depth cap) that left an
+    answer is OpenAI's `incomplete` with the output so far; the run's own Stop says which limit (metadata)."""
+    if run.status == "running":
+        return "in_progress", None
+    if not finished_ok(run):
+        return "failed", None
+    if run.stop is not None and run.stop.is_limit:
+        return "incomplete", "max_output_tokens"
+    return "completed", None
+
+
 def message_item(run: Run, text: str) -> dict[str, Any]:
     return {
         "type": "message", "id": f"msg_{response_id(run).removeprefix('resp_')}", "status": "completed",
@@ -301,26 +298,27 @@ def answer_items(run: Run) -> list[dict[str, Any]]:
 
 def response_object(run: Run, model: str, output: list[dict[str, Any]], created: int) -> dict[str, Any]:
     """A Responses `response` for a run in any state (`in_progress` while it runs)."""
-    status = "in_progress"
-    if run.status != "running":
-        status = ("incomplete" if run.stop_reason else "completed") if finished_ok(run) else "failed"
+    status, reason = outcome(run)
+    metadata: dict[str, Any] = {"conductor_run_id": run.id}
+    if run.stop is not None and status != "completed":
+        metadata["conductor_stop"] = run.stop.kind
     return {
         "id": response_id(run), "object": "response", "created_at": created, "status": status, "model": model,
         "output": output, "usage": responses_usage(run) if status != "in_progress" else None,
-        "metadata": {"conductor_run_id": run.id}, "error": run_error(run)[1] if status == "failed" else None,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "metadata": metadata, "error": run_error(run)[1] if status == "failed" else None,
+        "incomplete_details": {"reason": reason} if reason else None,
         "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": None,
     }  # fmt: skip
 
 
 def run_error(run: Run) -> tuple[int, dict[str, Any]]:
     """Why a run gave no answer, and how to get one (its finished steps are kept), with the HTTP status:
-    402 when the caller's own budget stopped it before any answer, else 500."""
+    402 when a budget stopped it before any answer, else 500."""
     message = (
         f"run {run.id} {run.status}: {run.error or 'no answer'}; its finished steps are kept: "
         f"GET /v1/runs/{run.id} shows them, and MCP continue_workflow with run_id '{run.id}' resumes it"
     )
-    if run.error and BUDGET_REACHED in run.error:
+    if run.stop is not None and run.stop.kind in BUDGETS:
         message += "; or raise max_output_tokens / max_tokens / metadata.max_usd"
         return 402, {"message": message, "type": "insufficient_quota", "param": None, "code": "budget_exhausted"}
     return 500, {"message": message, "type": "server_error", "param": None, "code": "run_failed"}
@@ -334,7 +332,7 @@ def chat_tool_calls(run: Run) -> list[dict[str, Any]]:
 
 
 def finish_reason(run: Run) -> str:
-    return "tool_calls" if pending_calls(run) else "length" if run.stop_reason else "stop"
+    return "tool_calls" if pending_calls(run) else "length" if outcome(run)[0] == "incomplete" else "stop"
 
 
 def chat_object(run: Run, model: str, created: int) -> dict[str, Any]:

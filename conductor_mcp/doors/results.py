@@ -11,6 +11,7 @@ from typing import Literal
 from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel, Field
 
+from conductor_mcp.core.outcome import BUDGETS, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
 from conductor_mcp.core.usage import Totals
@@ -57,6 +58,12 @@ class RunResult(BaseModel):
     )
     answer_chars: int = Field(description="the length of the whole answer")
     status: RunStatus = Field(description="done, running (call continue_workflow), failed, cancelled, interrupted")
+    stopped_by: StopKind | None = Field(
+        default=None,
+        description="the limit that ended the run early, keeping the best answer so far (call_cap, depth_cap, "
+        "token_budget, usd_budget, server_budget), or why it did not finish (step_failed, internal_error, "
+        "cancelled, interrupted); none when the workflow finished",
+    )
     next_action: str = Field(description="what to do next, if anything")
     run_id: str
     error: str | None = None
@@ -131,7 +138,19 @@ class PoolsResult(BaseModel):
     pools: list[PoolInfo]
 
 
+def _stopped_by(run: Run) -> StopKind | None:
+    """The one mapping of a run's outcome for an MCP caller: which limit or fault ended it, if not the workflow."""
+    return run.stop.kind if run.stop is not None and run.stop.kind != "done" else None
+
+
 def _next_action(run: Run) -> str:
+    if run.status == "done" and run.stop is not None and run.stop.kind in BUDGETS:
+        return (
+            f"The {run.stop.kind.replace('_', ' ')} stopped the run; the answer is the best so far. Raise max_tokens "
+            f"or max_usd and call orchestrate again, or give feedback via continue_workflow with run_id '{run.id}'."
+        )
+    if run.status == "done" and run.stop is not None and run.stop.is_limit:
+        return f"The {run.stop.kind.replace('_', ' ')} stopped the run; the answer is the best so far."
     actions = {
         "running": f"Call continue_workflow with run_id '{run.id}' to collect the result.",
         "interrupted": f"Call continue_workflow with run_id '{run.id}' to resume it; finished steps are kept.",
@@ -173,7 +192,8 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
     answer = run.answer or ""
     shown = answer if detail == "full" else _cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or detail='full'")
     result = RunResult(
-        answer=shown or None, answer_chars=len(answer), status=run.status, next_action=_next_action(run),
+        answer=shown or None, answer_chars=len(answer), status=run.status, stopped_by=_stopped_by(run),
+        next_action=_next_action(run),
         run_id=run.id, error=run.error,
         totals=run.totals, pool=run.pool, parent_run_id=run.parent_id,
         reasoning=run.workflow.reasoning if run.workflow else None, fallback_reason=run.fallback_reason,
@@ -184,7 +204,7 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
     markdown = to_markdown(run, answer_limit=12_000)
     if viewer_url:
         markdown += f"\n**Viewer:** {viewer_url}\n"
-    if run.status != "done":
+    if run.status != "done" or result.stopped_by:
         markdown += f"\n**Next:** {result.next_action}\n"
     if len(markdown) > MARKDOWN_LIMIT:
         markdown = markdown[:MARKDOWN_LIMIT] + f"\n\n… cut; the full transcript is at {transcript}\n"
@@ -257,5 +277,5 @@ def pool_info(summary: PoolSummary, pool: Pool | None) -> PoolInfo:
         description=pool.description,
         conductor=pool.conductor.model,
         workers=[WorkerInfo(id=w.id, model=w.model, description=w.description) for w in pool.workers],
-        missing_keys=pool.missing_keys(),
+        missing_keys=summary.missing_keys,
     )

@@ -10,6 +10,7 @@ its run and hands it over (`hand_over`) instead of waiting for it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,12 +27,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from conductor_mcp.core.records import Run, RunStatus
+from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.results import Detail, run_result
 from conductor_mcp.errors import ConductorError, RunNotFound
 from conductor_mcp.service import Service
 
 TASKS = "io.modelcontextprotocol/tasks"
 TASK_TOOLS = frozenset({"orchestrate", "continue_workflow"})
+MAX_DETAILS = 10_000  # tasks whose call asked for detail='full' remembered; an older one's result is the summary
 
 # Run status -> task status. A failed run is a tool result (the tool returns it, as any run), so its task is
 # `completed` with that result: the SEP keeps `failed` for JSON-RPC errors. An interrupted run (its server
@@ -106,9 +109,12 @@ class TasksExtension(Extension):
 
     identifier = TASKS
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, links: Links | None = None) -> None:
         self.service = service
-        self.details: dict[str, Detail] = {}  # task id -> the detail its tool call asked for, if not summary
+        self.links = links or Links()
+        self.details: OrderedDict[str, Detail] = (
+            OrderedDict()
+        )  # task id -> the detail its call asked for, if not summary
 
     def methods(self) -> list[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -136,6 +142,8 @@ class TasksExtension(Extension):
             return result
         if handover.detail != "summary":
             self.details[run.id] = handover.detail  # kept only when it differs from tasks/get's default
+            while len(self.details) > MAX_DETAILS:
+                self.details.popitem(last=False)
         return {"resultType": "task", **self.task(run)}  # the run is stored: tasks/get resolves it already
 
     def task(self, run: Run) -> dict[str, Any]:
@@ -158,7 +166,7 @@ class TasksExtension(Extension):
             run = self.service.get_run(params.task_id)
         task = {"resultType": "complete", **self.task(run)}
         if task["status"] == "completed":
-            result = run_result(run, self.details.get(run.id, "summary"), self.service.viewer_url(run.id))
+            result = run_result(run, self.details.get(run.id, "summary"), self.links.run(run.id))
             wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             task["result"] = serialize_server_result("tools/call", ctx.protocol_version, wire)
         elif task["status"] == "failed":
@@ -177,8 +185,11 @@ class TasksExtension(Extension):
         return {}
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        """`tasks/cancel`: cancel the run if it executes here (its finished steps are kept), then acknowledge."""
+        """`tasks/cancel`: cancel the run wherever it executes (its finished steps are kept), then acknowledge.
+
+        SEP-2663: the ack is empty, an unknown task id is an error, and cancellation is eventually consistent: a
+        run executing in another process is asked through the store and this does not wait for it; a task that has
+        already ended is acknowledged and stays as it ended."""
         with task_errors():
-            self.service.get_run(params.task_id)
-        await self.service.cancel(params.task_id)
+            await self.service.cancel(params.task_id, wait_s=0)
         return {}

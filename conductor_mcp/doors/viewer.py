@@ -1,16 +1,15 @@
 """The run viewer under /ui/: the run list, a page per run, its live updates, and how a browser signs in.
 
-A door like the others: it reads runs through the service (never writes one) and renders them. Live updates
-are server-sent events fed by the same progress events the MCP door reports, which replicas sharing PostgreSQL
-get from each other by NOTIFY; for a run executing in another process on a SQLite file (`conductor-mcp view`
-beside a stdio server) the server watches the store instead. The browser never polls. Sign-in: the bearer
+A door like the others: it reads runs through a RunReader (the service under `serve --http`, a lease-free reader
+under `conductor-mcp view`), never writes one, and renders them. Live updates are server-sent events fed by the
+reader's `follow`: the same progress events the MCP door reports for runs executing here or on a replica, and
+the store's changes for a run executing in another process. The browser never polls. Sign-in: the bearer
 header, or an HttpOnly SameSite=Strict cookie set from a one-time login code (the code is single-use, expires,
 and is not the token) or from the token posted in a form body; the token never travels in a URL.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
@@ -25,13 +24,12 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.records import RUN_STATUSES
 from conductor_mcp.doors import viewer_html as html
-from conductor_mcp.errors import RequestError, RunNotFound
-from conductor_mcp.pools import available_pools
+from conductor_mcp.errors import ConductorError, RequestError, RunNotFound, StepNotFound, StoreError
 
 if TYPE_CHECKING:
-    from conductor_mcp.core.records import Run
-    from conductor_mcp.service import Service
+    from conductor_mcp.reader import RunReader
 
 Guard = Callable[[Request], Awaitable[Response | None]]
 Handler = Callable[[Request], Awaitable[Response]]
@@ -51,8 +49,6 @@ SECURITY_HEADERS = {
 COOKIE = "conductor_viewer"
 CODE_TTL_S = 300.0
 PAGE_SIZE = 50
-WATCH_INTERVAL_S = 0.5
-HEARTBEAT_S = 15.0
 
 
 class ViewerAuth:
@@ -138,14 +134,10 @@ def event_doc(event: ProgressEvent) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _signature(run: Run) -> tuple[Any, ...]:
-    return run.status, run.updated_at, tuple((s.key, s.status) for s in run.steps)
-
-
 class Viewer:
-    """The viewer's routes over a service (read only)."""
+    """The viewer's routes over a run reader (read only)."""
 
-    def __init__(self, service: Service, auth: ViewerAuth, guard: Guard | None = None) -> None:
+    def __init__(self, service: RunReader, auth: ViewerAuth, guard: Guard | None = None) -> None:
         self.service = service
         self.auth = auth
         self.guard = guard
@@ -170,10 +162,8 @@ class Viewer:
                 return secured(refused)
             try:
                 return await handler(request)
-            except RunNotFound as exc:
-                return secured(HTMLResponse(html.message_page("Not found", str(exc)), status_code=404))
-            except (RequestError, LookupError, ValueError) as exc:
-                return secured(HTMLResponse(html.message_page("Bad request", str(exc)), status_code=400))
+            except ConductorError as exc:
+                return viewer_error(exc)
 
         return endpoint
 
@@ -181,8 +171,8 @@ class Viewer:
         """The run list: newest first, filtered by status and pool, PAGE_SIZE rows a page (keyset paging)."""
         query = request.query_params
         filters = {k: query[k] for k in ("status", "pool", "before") if query.get(k)}
-        if filters.get("status") and filters["status"] not in html.STATUSES:
-            raise RequestError(f"status: must be one of {', '.join(html.STATUSES)}, got {filters['status']!r}")
+        if filters.get("status") and filters["status"] not in RUN_STATUSES:
+            raise RequestError(f"status: must be one of {', '.join(RUN_STATUSES)}, got {filters['status']!r}")
         before = None
         if "before" in filters:
             created, sep, run_id = filters["before"].partition("~")
@@ -191,7 +181,7 @@ class Viewer:
             before = (created, run_id)
         rows = self.service.list_runs(PAGE_SIZE + 1, filters.get("status"), pool=filters.get("pool"), before=before)
         older = f"{rows[PAGE_SIZE - 1]['created_at']}~{rows[PAGE_SIZE - 1]['id']}" if len(rows) > PAGE_SIZE else None
-        pools = sorted(available_pools(list(self.service.settings.pool_dirs)))
+        pools = self.service.pools.names()
         return secured(HTMLResponse(html.list_page(rows[:PAGE_SIZE], filters, pools, older)))
 
     async def run(self, request: Request) -> Response:
@@ -205,8 +195,7 @@ class Viewer:
     async def messages(self, request: Request) -> Response:
         """The exact messages a step's model received, as kept in the store."""
         run_id, key = request.path_params["run_id"], request.path_params["key"]
-        self.service.get_run(run_id)  # an unknown run is a 404, not a bad request
-        messages = self.service.store.step_messages(run_id, key)
+        messages = self.service.step_messages(run_id, key)
         if request.query_params.get("part"):
             return secured(HTMLResponse(html.messages_fragment(messages)))
         return secured(HTMLResponse(html.messages_page(run_id, key, messages)))
@@ -221,42 +210,9 @@ class Viewer:
 
     async def _events(self, run_id: str) -> AsyncIterator[str]:
         yield _sse("progress", {"kind": "subscribed"})  # the page refreshes once: nothing before this is missed
-        if run_id in self.service.active or self.service.bus is not None:  # here, or on a replica that NOTIFYs
-            async for doc in self._relay(run_id):
-                yield _sse("progress", doc)
-        else:
-            async for doc in self._watch_store(run_id):
-                yield _sse("progress", doc)
+        async for event in self.service.follow(run_id, self.service.settings.heartbeat_s):  # ends with the run
+            yield _sse("progress", event_doc(event))
         yield _sse("end", {"status": self.service.get_run(run_id).status})
-
-    async def _relay(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
-        """The progress events of a run executing in this process or on a replica, as the MCP door gets them."""
-        queue: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
-        waiter = asyncio.ensure_future(self.service.wait(run_id, None, queue.put, heartbeat_s=HEARTBEAT_S))
-        waiter.add_done_callback(lambda _: queue.put_nowait(None))
-        try:
-            while (event := await queue.get()) is not None:
-                yield event_doc(event)
-        finally:
-            waiter.cancel()  # the browser left: stop waiting (the run goes on)
-
-    async def _watch_store(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
-        """A run executing in another process on a SQLite file (no NOTIFY): the server reads the store and
-        reports each change."""
-        seen = None
-        quiet_since = time.monotonic()
-        while True:
-            run = self.service.get_run(run_id)
-            signature = _signature(run)
-            if signature != seen:
-                seen, quiet_since = signature, time.monotonic()
-                yield {"kind": "changed", "message": f"run {run.status}", "status": run.status}
-            elif time.monotonic() - quiet_since > HEARTBEAT_S:
-                quiet_since = time.monotonic()
-                yield {"kind": "heartbeat"}
-            if run.status != "running":
-                return
-            await asyncio.sleep(WATCH_INTERVAL_S)
 
     async def login(self, request: Request) -> Response:
         """GET with a one-time code, or POST the token in a form body: either sets the session cookie."""
@@ -284,5 +240,15 @@ class Viewer:
         return secured(Response(path.read_bytes(), media_type=STATIC_TYPES[path.suffix]), cache=True)
 
 
-def viewer_routes(service: Service, auth: ViewerAuth, guard: Guard | None = None) -> list[Route]:
+def viewer_error(exc: ConductorError) -> Response:
+    """The one mapping of the error tree to a viewer page: unknown runs and steps 404, a store that cannot be
+    read 503, anything else the caller's bad request."""
+    if isinstance(exc, RunNotFound | StepNotFound):
+        return secured(HTMLResponse(html.message_page("Not found", str(exc)), status_code=404))
+    if isinstance(exc, StoreError):
+        return secured(HTMLResponse(html.message_page("Run store unavailable", str(exc)), status_code=503))
+    return secured(HTMLResponse(html.message_page("Bad request", str(exc)), status_code=400))
+
+
+def viewer_routes(service: RunReader, auth: ViewerAuth, guard: Guard | None = None) -> list[Route]:
     return Viewer(service, auth, guard).routes()

@@ -13,10 +13,8 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from conductor_mcp.core.records import ConductorCall, Run, StepRecord
+from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
 from conductor_mcp.doors.viewer_svg import source_key, timeline_svg, workflow_svg
-
-STATUSES = ("planned", "running", "done", "failed", "interrupted", "cancelled")
 
 
 def _e(value: object) -> str:
@@ -58,7 +56,7 @@ def _short(text: str, limit: int) -> str:
 def list_page(rows: list[dict[str, Any]], filters: dict[str, str], pools: list[str], older: str | None) -> str:
     """Runs newest first, a filter form (status, pool), and a link to the next (older) page."""
     status_options = "".join(
-        f'<option value="{s}"{" selected" if filters.get("status") == s else ""}>{s}</option>' for s in STATUSES
+        f'<option value="{s}"{" selected" if filters.get("status") == s else ""}>{s}</option>' for s in RUN_STATUSES
     )
     pool_options = "".join(f'<option value="{_e(p)}"></option>' for p in pools)
     form = (
@@ -141,7 +139,8 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
     if children:
         links = ", ".join(f'<a class="child" href="{run_href(str(c["id"]))}">{_e(c["id"])}</a>' for c in children)
         rows.append(("follow-ups", links))
-    for name, value in (("stopped early", run.stop_reason), ("error", run.error)):
+    stopped = f"{run.stop.kind.replace('_', ' ')}: {run.stop.detail}" if run.stop and run.stop.is_limit else None
+    for name, value in (("stopped early", stopped), ("error", run.error)):
         if value:
             rows.append((name, _e(value)))
     return '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"

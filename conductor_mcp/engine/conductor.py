@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor_mcp.core import prompts
-from conductor_mcp.core.pool import ConductorSpec, Pool
-from conductor_mcp.core.records import ConductorCall
+from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.pool import CONDUCTOR_ID, ConductorSpec, Pool
+from conductor_mcp.core.records import ConductorCall, Run
+from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Repair, Step, Workflow, parse_workflow, validate_workflow, workflow_json_schema
+from conductor_mcp.engine.events import emit
 from conductor_mcp.errors import ProviderError, WorkflowError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
@@ -45,6 +48,22 @@ class Conductor:
 
     def __init__(self, providers: Providers) -> None:
         self.providers = providers
+
+    async def plan_run(self, run: Run, pool: Pool, budget: ServerBudget, on_event: ProgressCallback | None) -> None:
+        """Write the run's workflow (and, with self_correct, the conductor's look at the end), reporting progress;
+        the calls are charged to the server's budget."""
+        await emit(on_event, ProgressEvent("conductor_started", run.id, f"conductor {pool.conductor.model} planning"))
+        plan = await self.plan(pool, run.task, run.context, run.max_steps, run.metadata)
+        for call in plan.calls:
+            budget.add(call)
+        if run.self_correct and plan.workflow.steps[-1].worker != CONDUCTOR_ID:
+            every_step = list(range(len(plan.workflow.steps)))
+            look = Step(worker=CONDUCTOR_ID, instruction=prompts.SELF_CHECK_INSTRUCTION, access=every_step)
+            plan.workflow.steps.append(look)
+        run.workflow, run.conductor_calls = plan.workflow, plan.calls
+        run.repairs, run.fallback_reason = plan.repairs, plan.fallback_reason
+        message = f"workflow of {len(plan.workflow.steps)} steps" + (" (fallback)" if plan.fallback_reason else "")
+        await emit(on_event, ProgressEvent("conductor_finished", run.id, message, total_steps=len(plan.workflow.steps)))
 
     async def plan(
         self, pool: Pool, task: str, context: str | None, max_steps: int, metadata: dict[str, Any] | None = None

@@ -9,18 +9,20 @@ instruction: nothing else. Each step's record is committed to the store when it 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from conductor_mcp.core import client_tools, prompts
-from conductor_mcp.core.events import EventKind, ProgressCallback, ProgressEvent, emit
+from conductor_mcp.core.events import EventKind, ProgressCallback, ProgressEvent
+from conductor_mcp.core.limits import MAX_SEEN_OUTPUT_CHARS
+from conductor_mcp.core.outcome import Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
-from conductor_mcp.core.prompts import MAX_SEEN_OUTPUT_CHARS, worker_messages
+from conductor_mcp.core.prompts import worker_messages
 from conductor_mcp.core.records import Run, StepRecord, messages_digest, now
 from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimated_tokens, spec_for
+from conductor_mcp.engine.events import emit
 from conductor_mcp.errors import ProviderError, StoreError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers, price_per_token
@@ -29,6 +31,15 @@ from conductor_mcp.runs.store import Store
 log = get_logger(__name__)
 
 CALLED = ("running", "done", "failed", "cancelled")  # statuses of steps that made (or are making) a call
+
+
+class StepCrashed(Exception):
+    """A step raised something no step should (a bug, a pool that no longer resolves): its siblings were cancelled.
+    Not a ConductorError: the service records the run as failed with an internal error naming the step."""
+
+    def __init__(self, key: str, cause: BaseException) -> None:
+        super().__init__(f"step {key}: {type(cause).__name__}: {cause}")
+        self.key = key
 
 
 class Executor:
@@ -52,25 +63,32 @@ class Executor:
         self.server_budget = server_budget or ServerBudget()
         self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
         self._positions: dict[str, int] = {}  # step key -> position in run.steps (and its order in the store)
+        self._capped: Stop | None = None  # a depth cap met on the way: the run still ends with an answer
 
     async def execute(self, run: Run) -> None:
-        """Run the workflow to the end, a cap or budget stop, a failed step, or cancellation (re-raised)."""
+        """Run the workflow to the end, a limit, a failed step, or cancellation (re-raised); sets the run's outcome.
+
+        A limit (a cap or a budget) ends the run `done` with the best answer so far when there is one; a step that
+        failed for good ends it `failed`, with the best answer so far kept. A step that raised something no step
+        should is StepCrashed, after its running siblings were cancelled."""
         if run.workflow is None or not run.workflow.steps:
             raise ValueError(f"run {run.id} has no workflow to execute")
         self._positions = {record.key: position for position, record in enumerate(run.steps)}
-        failure = await self._run_workflow(run, run.workflow, depth=0, parent=None)
-        if failure and failure != run.stop_reason and self._can_recover(run):
-            failure = await self._recover(run, failure)
+        stop = await self._run_workflow(run, run.workflow, depth=0, parent=None)
+        if stop is not None and stop.kind == "step_failed" and self._can_recover(run):
+            stop = await self._recover(run, stop)
         last = self._record(run, str(len(run.workflow.steps) - 1))
-        if failure is None and last is not None and last.status == "done":
-            run.status, run.answer = "done", last.output
+        if stop is None and (last is None or last.status != "done"):
+            stop = Stop(kind="step_failed", detail="the last step did not finish")
+        if stop is None:
+            run.status, run.answer = "done", last.output if last is not None else None
+            run.stop = self._capped or Stop(kind="done", detail="the workflow finished")
             return
-        finished = sorted((r for r in run.steps if r.status == "done" and r.output), key=lambda r: r.ended_at or "")
-        run.answer = finished[-1].output if finished else None  # the best answer so far
-        if run.stop_reason and failure == run.stop_reason:
-            run.status = "done"  # a recursion cap: a clean stop with the best answer, the reason recorded
+        run.answer, run.stop = run.best_answer(), stop
+        if stop.is_limit and run.answer is not None:
+            run.status = "done"
         else:
-            run.status, run.error = "failed", failure or "the last step did not finish"
+            run.status, run.error = "failed", stop.detail
 
     def _can_recover(self, run: Run) -> bool:
         top = [r for r in run.steps if r.depth == 0]
@@ -78,30 +96,33 @@ class Executor:
             self.pool.recursion
             and run.max_depth >= 1
             and any(r.status == "failed" and not r.tool_results for r in top)  # a tool turn is the client's to retry
-            and not any(r.worker_id == CONDUCTOR_ID and (r.finish_reason or "").startswith("recovery") for r in top)
+            and not any(r.recovery for r in top)
         )
 
-    async def _recover(self, run: Run, failure: str) -> str | None:
+    async def _recover(self, run: Run, failure: Stop) -> Stop | None:
         """A step failed for good: the conductor, as a worker, sees what finished and re-plans around it."""
         assert run.workflow is not None
         top = [r for r in run.steps if r.depth == 0]
         finished = {r.index: r.output or "" for r in top if r.status == "done"}
-        step = Step(worker=CONDUCTOR_ID, instruction=prompts.recovery_instruction(failure), access=sorted(finished))
+        instruction = prompts.recovery_instruction(failure.detail)
+        step = Step(worker=CONDUCTOR_ID, instruction=instruction, access=sorted(finished))
         run.workflow.steps.append(step)
         self.store.save_run(run)
-        log.warning("replanning_after_failure", run_id=run.id, failure=failure)
+        log.warning("replanning_after_failure", run_id=run.id, failure=failure.detail)
         (record,) = self._prepare(run, Workflow(steps=[step]), 0, None, first_index=len(run.workflow.steps) - 1)
+        record.recovery = True
         messages = worker_messages(run.task, run.context, run.workflow, record.index, finished)
         stop = self._over_budget(run, CONDUCTOR_ID, messages)
         if stop:
             self._skip(run, [record], stop)
             return stop
         record = await self._run_step(run, run.workflow, record, messages, finished)
-        if record.status != "done":
-            return f"re-planning after a failed step did not finish: {record.error}"
-        record.finish_reason = f"recovery: {record.finish_reason}"
-        self._save(run, record)
-        return None
+        if record.status == "done":
+            return None
+        if record.stop is not None:
+            return record.stop
+        detail = f"re-planning after a failed step did not finish: {record.error}"
+        return Stop(kind="step_failed", detail=detail, step=record.key)
 
     # -- one (possibly nested) workflow ----------------------------------------------------------------
     def _record(self, run: Run, key: str) -> StepRecord | None:
@@ -136,44 +157,63 @@ class Executor:
             records.append(record)
         return records
 
-    async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> str | None:
-        """Run one workflow as a DAG; returns why it stopped early, or None when every step finished."""
+    async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> Stop | None:
+        """Run one workflow as a DAG of step tasks in one task group; returns what stopped it early, or None when
+        every step finished. A step that raises (a StoreError, a bug) cancels its running siblings at once: going
+        on would pay for calls whose results cannot be kept, or that nobody will read."""
         records = self._prepare(run, workflow, depth, parent)
         outputs = {r.index: r.output or "" for r in records if r.status == "done"}
         pending = [i for i in range(len(records)) if i not in outputs]
-        running: dict[asyncio.Task[StepRecord], int] = {}
-        stop: str | None = None
+        finished: asyncio.Queue[StepRecord] = asyncio.Queue()
+        stop: Stop | None = None
         try:
-            while pending or running:
-                if stop is None:
-                    for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
-                        messages = self._messages(run, workflow, records[i], outputs)
-                        stop = self._over_budget(run, workflow.steps[i].worker, messages)
-                        if stop:
-                            break
-                        pending.remove(i)
-                        step_task = self._run_step(run, workflow, records[i], messages, outputs)
-                        running[asyncio.create_task(step_task)] = i
-                if not running:
-                    break
-                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in finished:
-                    i = running.pop(task)
-                    record = task.result()
+            async with asyncio.TaskGroup() as steps:
+                running = 0
+                while pending or running:
+                    if stop is None:
+                        started, stop = self._start_ready(steps, run, workflow, records, outputs, pending, finished)
+                        running += started
+                    if not running:
+                        break
+                    record = await finished.get()
+                    running -= 1
                     if record.status == "done":
-                        outputs[i] = record.output or ""
+                        outputs[record.index] = record.output or ""
                     elif stop is None:
-                        stop = run.stop_reason if record.error == run.stop_reason else (
-                            f"step {record.key} ({record.worker_id}) failed: {record.error}")  # fmt: skip
+                        stop = _stop_of(record)
+        except BaseExceptionGroup as group:  # a step raised: the group has cancelled its siblings
+            self._skip(run, [records[i] for i in pending], Stop(kind="internal_error", detail="a step crashed"))
+            raise _first_cause(group) from None
         except asyncio.CancelledError:
-            await _stop(running)
-            self._skip(run, [records[i] for i in pending], "run cancelled")
+            self._skip(run, [records[i] for i in pending], Stop(kind="cancelled", detail="run cancelled"))
             raise
-        except StoreError:
-            await _stop(running)  # nothing more can be recorded: stop paying for calls whose results would be lost
-            raise
-        self._skip(run, [records[i] for i in pending], stop or "not reached")
+        self._skip(run, [records[i] for i in pending], stop or Stop(kind="step_failed", detail="not reached"))
         return stop
+
+    def _start_ready(
+        self,
+        steps: asyncio.TaskGroup,
+        run: Run,
+        workflow: Workflow,
+        records: list[StepRecord],
+        outputs: dict[int, str],
+        pending: list[int],
+        finished: asyncio.Queue[StepRecord],
+    ) -> tuple[int, Stop | None]:
+        """Start every pending step whose inputs are done, unless a limit refuses its call: (started, that stop)."""
+        started = 0
+        for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
+            messages = self._messages(run, workflow, records[i], outputs)
+            stop = self._over_budget(run, workflow.steps[i].worker, messages)
+            if stop:
+                return started, stop
+            pending.remove(i)
+            step = steps.create_task(self._run_step(run, workflow, records[i], messages, outputs), name=records[i].key)
+            step.add_done_callback(
+                lambda task: None if task.cancelled() or task.exception() else finished.put_nowait(task.result())
+            )
+            started += 1
+        return started, None
 
     def _messages(
         self, run: Run, workflow: Workflow, record: StepRecord, outputs: dict[int, str]
@@ -188,13 +228,12 @@ class Executor:
             raise StoreError(f"run {run.id}: the conversation of the step before tool turn {record.key} is not stored")
         return client_tools.turn_messages(earlier, previous, record)
 
-    def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> str | None:
+    def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> Stop | None:
         """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated).
         Tool turns do not count toward the call cap: it bounds the team's workflow, and the client drives them."""
         started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None and not r.tool_results)
         if started >= run.max_calls:
-            run.stop_reason = f"call budget reached: {started} of {run.max_calls} calls used"
-            return run.stop_reason
+            return Stop(kind="call_cap", detail=f"call budget reached: {started} of {run.max_calls} calls used")
         estimate = estimated_tokens(messages)
         next_cost = 0.0
         if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
@@ -204,9 +243,10 @@ class Executor:
             estimate, next_cost
         )
 
-    def _skip(self, run: Run, records: list[StepRecord], reason: str) -> None:
+    def _skip(self, run: Run, records: list[StepRecord], why: Stop) -> None:
         for record in records:
-            record.status, record.error = "skipped", reason
+            record.status, record.error = "skipped", why.detail
+            record.stop = why if why.is_limit else None
             self._save(run, record)
 
     # -- one step --------------------------------------------------------------------------------------
@@ -241,6 +281,12 @@ class Executor:
             record.status, record.error, record.ended_at = "cancelled", "cancelled", now()
             self._save(run, record)
             raise
+        except (StoreError, StepCrashed):
+            raise  # nothing more can be recorded about this step; or a nested step crashed and was recorded
+        except Exception as exc:  # a bug, or a pool that no longer resolves: the run stops, naming the step
+            record.status, record.error, record.ended_at = "failed", f"internal error: {type(exc).__name__}", now()
+            self._save(run, record)
+            raise StepCrashed(record.key, exc) from exc
         record.ended_at = now()
         self.server_budget.add(record)
         self._save(run, record)
@@ -269,7 +315,8 @@ class Executor:
         if record.depth + 1 > run.max_depth:
             record.status, record.output = "done", standing
             record.finish_reason = f"depth cap ({run.max_depth}) reached: the current answer stands"
-            run.stop_reason = run.stop_reason or f"step {record.key}: {record.finish_reason}"
+            record.stop = Stop(kind="depth_cap", detail=f"step {record.key}: {record.finish_reason}", step=record.key)
+            self._capped = self._capped or record.stop
             return
         if record.workflow is None:  # on resume, a correction already written is run, not asked for again
             seen = [(workflow.steps[j].instruction, outputs[j]) for j in step.access]
@@ -290,12 +337,14 @@ class Executor:
             record.status, record.output = "done", standing
             record.finish_reason = "stop: the current answer stands"
             return
-        failure = await self._run_workflow(run, record.workflow, record.depth + 1, record.key)
+        stop = await self._run_workflow(run, record.workflow, record.depth + 1, record.key)
         last = self._record(run, f"{record.key}.{len(record.workflow.steps) - 1}")
-        if failure is None and last is not None and last.status == "done":
+        if stop is None and last is not None and last.status == "done":
             record.status, record.output, record.finish_reason = "done", last.output, "corrected"
         else:
-            record.status, record.error = "failed", failure or "the corrective workflow did not finish"
+            record.status = "failed"
+            record.error = stop.detail if stop is not None else "the corrective workflow did not finish"
+            record.stop = stop if stop is not None and stop.is_limit else None
 
     async def _emit(self, kind: EventKind, run: Run, record: StepRecord) -> None:
         finished = sum(1 for r in run.steps if r.status == "done")
@@ -304,11 +353,31 @@ class Executor:
         await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
 
 
-async def _stop(running: dict[asyncio.Task[StepRecord], int]) -> None:
-    for task in running:
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.gather(*running, return_exceptions=True)
+def _stop_of(record: StepRecord) -> Stop:
+    """What a step that did not finish means for its workflow: the limit that held it back, or a failure."""
+    if record.stop is not None:
+        return record.stop
+    detail = f"step {record.key} ({record.worker_id}) failed: {record.error}"
+    return Stop(kind="step_failed", detail=detail, step=record.key)
+
+
+def _first_cause(group: BaseExceptionGroup) -> BaseException:
+    """The error a task group gathered, unwrapped (nested groups from nested workflows included): a StoreError
+    first, since the run must then stop as interrupted; the rest are logged."""
+    leaves: list[BaseException] = []
+
+    def collect(error: BaseException) -> None:
+        if isinstance(error, BaseExceptionGroup):
+            for inner in error.exceptions:
+                collect(inner)
+        else:
+            leaves.append(error)
+
+    collect(group)
+    leaves.sort(key=lambda error: not isinstance(error, StoreError))
+    for other in leaves[1:]:
+        log.error("step_error_also_raised", error=f"{type(other).__name__}: {other}")
+    return leaves[0]
 
 
 def _standing_answer(access: list[int], index: int, outputs: dict[int, str]) -> str:

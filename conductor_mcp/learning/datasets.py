@@ -17,13 +17,11 @@ import random
 from pathlib import Path
 from typing import Any
 
+from conductor_mcp.errors import DatasetError
+
 TYPES = ("multiple_choice", "numeric", "math", "code", "exact")
 BUNDLED = Path(__file__).parent / "data"
 LETTERS = "ABCDEFGHIJ"
-
-
-class DatasetError(ValueError):
-    """A task file or row that cannot be used; the message names the file and line."""
 
 
 def validate_task(task: Any, where: str) -> dict[str, Any]:

@@ -220,21 +220,13 @@ def chosen_strategies(pool: Pool, args: argparse.Namespace) -> list[Strategy]:
     return [s for s in strategies if s.name in wanted]
 
 
-async def evaluate(args: argparse.Namespace) -> str:
-    """Run every chosen strategy on every task (resuming from OUT/cache.jsonl); returns the markdown report."""
-    tasks = load_tasks(args)
-    problem = code_sandbox_problem(tasks, args.unsafe_local_exec)
-    if problem:  # before any worker is paid for answers that could not be scored
-        raise RequestError(problem)
-    args.out.mkdir(parents=True, exist_ok=True)
-    service = Service(Settings.from_env(state_dir=args.out / "state"))
-    pool = service.pool(args.pool)
-    strategies = chosen_strategies(pool, args)
-    cache = args.out / "cache.jsonl"
-    rows = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
-    done = {(r["strategy"], r["task_id"]) for r in rows}
-    jobs = [(s, t) for s in strategies for t in tasks if (s.name, t["id"]) not in done]
+async def run_jobs(
+    service: Service, pool: Pool, jobs: list[tuple[Strategy, dict[str, Any]]], args: argparse.Namespace, cache: Path
+) -> list[dict[str, Any]]:
+    """Run the (strategy, task) jobs, args.concurrency at a time; each row is appended to `cache` the moment it
+    exists, so a stopped evaluation resumes from there."""
     limit = asyncio.Semaphore(args.concurrency)
+    rows = []
 
     async def job(strategy: Strategy, task: dict[str, Any]) -> dict[str, Any]:
         async with limit:
@@ -244,10 +236,27 @@ async def evaluate(args: argparse.Namespace) -> str:
         for finished in asyncio.as_completed([job(s, t) for s, t in jobs]):
             row = await finished
             sink.write(json.dumps(row) + "\n")
-            sink.flush()  # each result is kept the moment it exists: a stopped evaluation resumes here
+            sink.flush()
             rows.append(row)
             bar.update()
-    await service.close()
+    return rows
+
+
+async def evaluate(args: argparse.Namespace) -> str:
+    """Run every chosen strategy on every task (resuming from OUT/cache.jsonl); returns the markdown report."""
+    tasks = load_tasks(args)
+    problem = code_sandbox_problem(tasks, args.unsafe_local_exec)
+    if problem:  # before any worker is paid for answers that could not be scored
+        raise RequestError(problem)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cache = args.out / "cache.jsonl"
+    rows = [json.loads(line) for line in cache.read_text().splitlines()] if cache.exists() else []
+    async with Service.open(Settings.from_env(state_dir=args.out / "state")) as service:
+        pool = service.pools.for_request(args.pool)
+        strategies = chosen_strategies(pool, args)
+        done = {(r["strategy"], r["task_id"]) for r in rows}
+        jobs = [(s, t) for s in strategies for t in tasks if (s.name, t["id"]) not in done]
+        rows += await run_jobs(service, pool, jobs, args, cache)
     task_ids = {t["id"] for t in tasks}
     rows = [r for r in rows if r["task_id"] in task_ids and r["strategy"] in {s.name for s in strategies}]
     label = args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})"

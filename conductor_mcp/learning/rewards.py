@@ -56,7 +56,7 @@ class WorkflowReward:
         self.allow_unsafe_local_exec = allow_unsafe_local_exec
 
     async def score(self, completion: str, task: dict[str, Any], pool: Pool) -> Outcome:
-        self.service.register_pool(pool)
+        self.service.pools.register(pool)
         try:
             workflow, _ = validate_workflow(parse_workflow(completion), pool.offered_ids(), self.max_steps)
         except WorkflowError as exc:

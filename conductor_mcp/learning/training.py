@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import threading
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core import prompts
@@ -49,6 +51,7 @@ from conductor_mcp.logs import configure_logging
 from conductor_mcp.pools import load_pool
 from conductor_mcp.service import Service
 
+T = TypeVar("T")
 WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'
 WORKER_SUFFIX = '", "instruction": "Solve the task and state the final answer.", "access": []}]}'
 
@@ -179,15 +182,26 @@ class Scorer:
 
     def __init__(self, args: argparse.Namespace) -> None:
         state_dir = Path(tempfile.mkdtemp(prefix="conductor-train-"))
-        service = Service(Settings.from_env(state_dir=state_dir, sim_time_scale=0.0))  # rewards need no latency
-        self.reward = WorkflowReward(service, args.max_steps_per_workflow, cost_weight=args.cost_weight,
-                                     allow_unsafe_local_exec=args.unsafe_local_exec)  # fmt: skip
+        settings = Settings.from_env(state_dir=state_dir, sim_time_scale=0.0)  # rewards need no latency
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="conductor-rewards", daemon=True).start()
+        self._lifespan = contextlib.AsyncExitStack()  # the service lives on the scorer's loop until close()
+        service = self._on_loop(self._lifespan.enter_async_context(Service.open(settings)))
+        self.reward = WorkflowReward(
+            service, args.max_steps_per_workflow, cost_weight=args.cost_weight,
+            allow_unsafe_local_exec=args.unsafe_local_exec,
+        )  # fmt: skip
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def __call__(self, completions: list[str], tasks: list[dict[str, Any]], pools: list[Pool]) -> list[Outcome]:
-        batch = self.reward.score_batch(completions, tasks, pools)
-        return asyncio.run_coroutine_threadsafe(batch, self.loop).result()
+        return self._on_loop(self.reward.score_batch(completions, tasks, pools))
+
+    def close(self) -> None:
+        """Close the service (its store and lease) and stop the loop."""
+        self._on_loop(self._lifespan.aclose())
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def greedy_completions(
@@ -345,6 +359,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         trainer.model.delete_adapter("ref")  # not part of the conductor: saved, it was a second adapter beside it
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    scorer.close()
     return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import litellm
+import openai
 from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
@@ -26,9 +27,6 @@ from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.models import local, sim
-
-litellm.suppress_debug_info = True  # otherwise litellm prints help banners to stdout: the MCP wire
-sim.register()
 
 log = get_logger(__name__)
 
@@ -42,9 +40,16 @@ RETRYABLE = (
     asyncio.TimeoutError,
     MalformedResponse,
 )
+# What a provider may answer with, and so what a fallback is for: litellm's API error family (each a subclass of
+# the openai SDK's), after retries. Anything else raised in a call is ours (a bug): it is not hidden as a provider
+# failure, and no other worker is paid for it.
+API_ERRORS = (*exceptions.LITELLM_EXCEPTION_TYPES, openai.OpenAIError)
 BACKOFF_MAX_S = 20.0
 DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
-_limits: dict[tuple[int, str], asyncio.Semaphore] = {}
+
+
+class KeyUnavailable(Exception):
+    """The key a pool names for a model cannot be read: that worker cannot be called (its fallbacks may be)."""
 
 
 @dataclass
@@ -60,22 +65,23 @@ class Completion:
     tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, JSON arguments) of the client's tools
 
 
-def _request(
+def call_arguments(
     spec: ModelSpec, messages: list[dict[str, Any]], sim_call: sim.SimCall | None, **extra: Any
 ) -> dict[str, Any]:
-    """The litellm keyword arguments for one call. The key is read from the environment at call time."""
+    """The litellm keyword arguments for one call (benchmarks make bare litellm calls with them). The key is read
+    from the environment at call time."""
     request: dict[str, Any] = {**spec.params, "model": spec.model, "messages": messages, "timeout": spec.timeout_s}
     if spec.api_key_env:
         key = environment_value(spec.api_key_env)
         if not key:
-            raise ValueError(f"environment variable {spec.api_key_env} is not set")
+            raise KeyUnavailable(f"environment variable {spec.api_key_env} is not set")
         request["api_key"] = key
         register_secret(key)
     elif spec.api_key_file:
         try:
             request["api_key"] = Path(spec.api_key_file).expanduser().read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ValueError(f"cannot read the key file named by api_key_file: {exc.strerror}") from None
+            raise KeyUnavailable(f"cannot read the key file named by api_key_file: {exc.strerror}") from None
         register_secret(request["api_key"])
     if spec.api_base:
         request["api_base"] = spec.api_base
@@ -135,17 +141,6 @@ def _cost(response: Any) -> float:
 def _backoff(base_s: float, attempt: int) -> float:
     """Exponential backoff with full jitter, so a storm of rate limits does not retry in lockstep."""
     return random.uniform(0, min(BACKOFF_MAX_S, base_s * 2**attempt))
-
-
-def _limit(spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
-    """The concurrency limit of the provider endpoint `spec` calls (simulated models are not limited)."""
-    if sim.is_simulated(spec.model):
-        return contextlib.nullcontext()
-    endpoint = spec.api_base or spec.model.split("/", 1)[0]
-    key = (id(asyncio.get_running_loop()), endpoint)  # semaphores belong to one event loop
-    if key not in _limits:
-        _limits[key] = asyncio.Semaphore(spec.max_concurrency or DEFAULT_CONCURRENCY)
-    return _limits[key]
 
 
 _UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
@@ -212,14 +207,28 @@ def _completion(
 
 
 class Providers:
-    """Model calls as this server is configured to make them: its retry backoff, its local model servers and
-    its overrides of the simulator. The service makes one and hands it to the conductor and the executor."""
+    """Model calls as this server is configured to make them: its retry backoff, its endpoints' concurrency
+    limits, its local model servers and its overrides of the simulator. The service makes one (on its event loop)
+    and hands it to the conductor and the executor."""
 
     def __init__(self, settings: Settings) -> None:
+        litellm.suppress_debug_info = True  # otherwise litellm prints help banners to stdout: the MCP wire
+        sim.register()  # `sim/*` models are a litellm provider
         self.retry_base_s = settings.retry_base_s
         self.sim_time_scale = settings.sim_time_scale
         self.sim_call_log = settings.sim_call_log
         self.local = local.servers(settings.state_dir)
+        self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+
+    def _limit(self, spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
+        """The concurrency limit of the endpoint `spec` calls, as its pool entry declares it (simulated models are
+        not limited). Specs that declare different limits for one endpoint each get the limit they declare."""
+        if sim.is_simulated(spec.model):
+            return contextlib.nullcontext()
+        key = (spec.api_base or spec.model.split("/", 1)[0], spec.max_concurrency or DEFAULT_CONCURRENCY)
+        if key not in self._limits:
+            self._limits[key] = asyncio.Semaphore(key[1])
+        return self._limits[key]
 
     async def complete(
         self,
@@ -279,8 +288,8 @@ class Providers:
         **extra: Any,
     ) -> Completion:
         try:
-            request = _request(await self._served(spec), messages, sim_call, **extra)
-        except (ValueError, LocalModelError) as exc:
+            request = call_arguments(await self._served(spec), messages, sim_call, **extra)
+        except (KeyUnavailable, LocalModelError) as exc:
             attempts.append(Attempt(model=spec.model, worker=label, ok=False, error=str(exc)))
             raise ProviderError(f"{spec.model}: {exc}", attempts) from None
         if spec.prompt_style == "completion":
@@ -291,7 +300,7 @@ class Providers:
         for attempt in range(spec.max_retries + 1):
             started = time.perf_counter()
             try:
-                async with _limit(spec), asyncio.timeout(spec.timeout_s):
+                async with self._limit(spec), asyncio.timeout(spec.timeout_s):
                     response = await call(**request)
                 answer = _answer(spec, response)  # a malformed 200 is a provider fault: retried, then a fallback
             except RETRYABLE as exc:
@@ -303,7 +312,7 @@ class Providers:
                             error=attempts[-1].error)  # fmt: skip
                 await asyncio.sleep(delay)
                 continue
-            except Exception as exc:  # 4xx and the like: the same request would fail again
+            except API_ERRORS as exc:  # 4xx and the like: the same request would fail again
                 attempts.append(_failed(spec, label, exc, started))
                 raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
             latency = time.perf_counter() - started

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from conductor_mcp.config import Settings, masked_url
 from conductor_mcp.errors import ConductorError, StoreError
-from conductor_mcp.runs.leases import FileLease, Lease
+from conductor_mcp.lifetimes import TaskOwner
+from conductor_mcp.runs.leases import FileLease, FileLiveness, Lease, Liveness
 from conductor_mcp.runs.store import Store, StoreInfo
 
 if TYPE_CHECKING:
@@ -57,7 +58,18 @@ def open_lease(state_dir: Path, store: Store) -> Lease:
     return FileLease(state_dir)
 
 
-def open_progress_bus(store: Store) -> ProgressBus | None:
+def open_liveness(state_dir: Path, store: Store) -> Liveness:
+    """How to tell whether a run's owner lives, without holding a lease: for readers (show, runs, view)."""
+    if store.backend == "postgresql":
+        from conductor_mcp.runs.postgres import PostgresStore
+        from conductor_mcp.runs.postgres_live import AdvisoryLiveness
+
+        assert isinstance(store, PostgresStore)
+        return AdvisoryLiveness(store)
+    return FileLiveness(state_dir)
+
+
+def open_progress_bus(store: Store, owner: TaskOwner) -> ProgressBus | None:
     """Progress of runs executing on other replicas: with PostgreSQL only (an SQLite store has one host)."""
     if store.backend != "postgresql":
         return None
@@ -65,4 +77,4 @@ def open_progress_bus(store: Store) -> ProgressBus | None:
     from conductor_mcp.runs.postgres_live import ProgressBus
 
     assert isinstance(store, PostgresStore)
-    return ProgressBus(store)
+    return ProgressBus(store, owner)

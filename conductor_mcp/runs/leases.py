@@ -23,7 +23,15 @@ from pathlib import Path
 from conductor_mcp.runs.private import open_private, private_dir
 
 
-class Lease(ABC):
+class Liveness(ABC):
+    """Tells whether the process holding a lease token still lives; reading runs needs this and no lease."""
+
+    @abstractmethod
+    def is_alive(self, token: str | None) -> bool:
+        """Whether the process holding `token` is still running."""
+
+
+class Lease(Liveness):
     """This process's lease: taken on construction, released on close or process death."""
 
     token: str
@@ -31,32 +39,16 @@ class Lease(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    @abstractmethod
-    def is_alive(self, token: str | None) -> bool:
-        """Whether the process holding `token` is still running (ours always is)."""
 
-
-class FileLease(Lease):
-    """An exclusive lock on a lease file of this process's own under the state directory."""
+class FileLiveness(Liveness):
+    """Lease files under the state directory: a live owner holds the lock on its own."""
 
     def __init__(self, state_dir: Path) -> None:
-        private_dir(state_dir)
-        self.directory = private_dir(state_dir / "leases")
-        self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
-        self._file = open_private(self.directory / f"{self.token}.lock")
-        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-    def close(self) -> None:
-        if not self._file.closed:
-            with contextlib.suppress(OSError):
-                (self.directory / f"{self.token}.lock").unlink()
-            self._file.close()
+        self.directory = state_dir / "leases"
 
     def is_alive(self, token: str | None) -> bool:
         if token is None:
             return False
-        if token == self.token:
-            return True
         path = self.directory / f"{Path(token).name}.lock"
         try:
             handle = path.open("r+")
@@ -71,3 +63,24 @@ class FileLease(Lease):
         with contextlib.suppress(OSError):
             path.unlink()  # a dead owner's lease file: tidy it away
         return False
+
+
+class FileLease(FileLiveness, Lease):
+    """An exclusive lock on a lease file of this process's own under the state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        private_dir(state_dir)
+        super().__init__(state_dir)
+        private_dir(self.directory)
+        self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self._file = open_private(self.directory / f"{self.token}.lock")
+        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            with contextlib.suppress(OSError):
+                (self.directory / f"{self.token}.lock").unlink()
+            self._file.close()
+
+    def is_alive(self, token: str | None) -> bool:
+        return token == self.token or super().is_alive(token)

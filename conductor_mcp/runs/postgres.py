@@ -171,6 +171,10 @@ class PostgresStore(Store):
         with self.connection() as conn:
             return conn.execute(query, params).fetchall()
 
+    def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
+        with self.connection(run_id) as conn:
+            conn.execute(query, params)
+
     def size_bytes(self) -> int:
         """The tables' size on disk, indexes and TOAST included."""
         with self.connection() as conn:

@@ -21,16 +21,16 @@ import secrets
 import select
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import psycopg
 
-from conductor_mcp.core.events import ProgressCallback, ProgressEvent, emit
+from conductor_mcp.core.events import ProgressEvent, heartbeat_event
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import StoreError
+from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
-from conductor_mcp.runs.active import heartbeat_event
-from conductor_mcp.runs.leases import Lease
+from conductor_mcp.runs.leases import Lease, Liveness
 from conductor_mcp.runs.postgres import CONNECT_TIMEOUT_S, PostgresStore, check_reachable
 
 log = get_logger(__name__)
@@ -46,11 +46,31 @@ _HELD = (
 )
 
 
-class AdvisoryLease(Lease):
-    """This replica's lease: `pg_advisory_lock(key)` held on a dedicated connection until the process ends."""
+class AdvisoryLiveness(Liveness):
+    """Whether a replica still holds its advisory lock, read from pg_locks."""
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
+
+    def is_alive(self, token: str | None) -> bool:
+        if token is None:
+            return False
+        try:
+            key = int(token.rsplit("-", 1)[-1], 16) if token.startswith("pg-") else None
+        except ValueError:
+            key = None
+        if key is None:
+            return False  # not a replica's token (a run moved from an SQLite store): nobody executes it
+        with self.store.connection() as conn:
+            row = conn.execute(_HELD, (key >> 32, key & 0xFFFFFFFF)).fetchone()
+        return bool(row and row[0])
+
+
+class AdvisoryLease(AdvisoryLiveness, Lease):
+    """This replica's lease: `pg_advisory_lock(key)` held on a dedicated connection until the process ends."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store)
         self.key = secrets.randbits(62) + 1
         self.token = f"pg-{os.getpid()}-{self.key:x}"
         check_reachable(store.url)
@@ -82,19 +102,7 @@ class AdvisoryLease(Lease):
                 os._exit(LEASE_LOST_EXIT)  # nothing more is written: another replica may own these runs now
 
     def is_alive(self, token: str | None) -> bool:
-        if token is None:
-            return False
-        if token == self.token:
-            return True
-        try:
-            key = int(token.rsplit("-", 1)[-1], 16) if token.startswith("pg-") else None
-        except ValueError:
-            key = None
-        if key is None:
-            return False  # not a replica's token (a run moved from an SQLite store): nobody executes it
-        with self.store.connection() as conn:
-            row = conn.execute(_HELD, (key >> 32, key & 0xFFFFFFFF)).fetchone()
-        return bool(row and row[0])
+        return token == self.token or super().is_alive(token)
 
 
 def _encode(event: ProgressEvent) -> str:
@@ -111,8 +119,9 @@ def _decode(payload: str) -> ProgressEvent:
 class ProgressBus:
     """Progress events across replicas: NOTIFY out for runs executing here, LISTEN in for runs elsewhere."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: PostgresStore, owner: TaskOwner) -> None:
         self.store = store
+        self._owner = owner  # the service's: the listener ends with it
         self._waiters: dict[str, list[asyncio.Queue[ProgressEvent]]] = defaultdict(list)
         self._listener: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -146,7 +155,7 @@ class ProgressBus:
     async def _ensure_listening(self) -> None:
         if self._listener is None:
             self._ready = asyncio.get_running_loop().create_future()
-            self._listener = asyncio.get_running_loop().create_task(self._listen(self._ready), name="progress-bus")
+            self._listener = self._owner.spawn(self._listen(self._ready), name="progress-bus")
         assert self._ready is not None
         await asyncio.shield(self._ready)
 
@@ -163,39 +172,29 @@ class ProgressBus:
             if not self._waiters[run_id]:
                 del self._waiters[run_id]
 
-    async def wait(
-        self,
-        run_id: str,
-        load: Callable[[], Run],
-        timeout_s: float | None,
-        on_event: ProgressCallback | None,
-        heartbeat_s: float | None,
-    ) -> Run:
-        """Wait up to `timeout_s` for a run executing on another replica, relaying its events (and a heartbeat
-        after `heartbeat_s` without one). `load` reads the run: one whose owner died reads as interrupted."""
+    async def events(
+        self, run_id: str, load: Callable[[], Run], heartbeat_s: float | None
+    ) -> AsyncGenerator[ProgressEvent, None]:
+        """The events of a run executing on another replica until it stops running (and a heartbeat after
+        `heartbeat_s` without one). `load` reads the run: one whose owner died reads as interrupted, which is
+        checked every OWNER_CHECK_S, since a dead replica sends nothing more."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
         async with self.subscribe(run_id) as queue:
             run = load()
             quiet_since = loop.time()
             while run.status == "running":
-                remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
-                    break
-                pause = OWNER_CHECK_S if remaining is None else min(remaining, OWNER_CHECK_S)
                 try:
-                    event = await asyncio.wait_for(queue.get(), pause)
+                    event = await asyncio.wait_for(queue.get(), OWNER_CHECK_S)
                 except TimeoutError:
                     run = load()
                     if heartbeat_s is not None and run.status == "running" and loop.time() - quiet_since >= heartbeat_s:
-                        await emit(on_event, heartbeat_event(run))
+                        yield heartbeat_event(run)
                         quiet_since = loop.time()
                     continue
-                await emit(on_event, event)
+                yield event
                 quiet_since = loop.time()
                 if event.kind == "run_finished":
                     run = load()
-        return run
 
     async def close(self) -> None:
         if self._listener is not None:

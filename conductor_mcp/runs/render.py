@@ -44,8 +44,8 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
         f"**Run** `{run.id}` · status **{run.status}** · pool `{run.pool}` · "
         f"{t.steps} steps, {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.4f}, {t.wall_s:.1f}s"
     )
-    if run.stop_reason:
-        parts.append(f"**Stopped early:** {run.stop_reason}")
+    if run.stop is not None and run.stop.is_limit:
+        parts.append(f"**Stopped early** ({run.stop.kind.replace('_', ' ')}): {run.stop.detail}")
     if run.fallback_reason:
         parts.append(f"**Conductor fallback:** {run.fallback_reason}")
     if run.repairs:
@@ -55,7 +55,7 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
             "| # | worker | instruction | sees | status | tokens | cost | latency |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for s in sorted(run.steps, key=lambda step: [int(part) for part in step.key.split(".")]):
+        for s in sorted(run.steps, key=lambda step: step.order):
             sees = ",".join(map(str, s.access)) or "task"
             instruction = _cell(_excerpt(s.instruction, instruction_limit))
             tokens = s.prompt_tokens + s.completion_tokens

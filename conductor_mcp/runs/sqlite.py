@@ -136,9 +136,9 @@ class SqliteStore(Store):
                         self._db.execute("ROLLBACK")
                 raise StoreError(_advice(self.path, exc, run_id)) from None
 
-    def _write(self, sql: str, params: tuple[Any, ...], run_id: str) -> None:
+    def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
         with self._guard(run_id):
-            self._db.execute(sql, params)
+            self._db.execute(query, params)
 
     def save_run(self, run: Run) -> None:
         run.updated_at = now()

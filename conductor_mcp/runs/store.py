@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, LiteralString
 
-from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.core.records import Run, StepRecord, now
+from conductor_mcp.errors import StepNotFound
 
 # The schema each backend migrates a store to; a store written by a newer version is refused, not guessed at.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RUN_SUMMARY_KEYS: tuple[LiteralString, ...] = (
     "id",
     "created_at",
@@ -55,6 +56,8 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         "seq INTEGER NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL, messages TEXT, PRIMARY KEY (run_id, key))",
     ),
     LIST_INDEXES,
+    # Migration 3: cancellation asked for by a process that does not execute the run; its owner polls for it.
+    ("CREATE TABLE IF NOT EXISTS cancels (run_id TEXT PRIMARY KEY, requested_at TEXT NOT NULL)",),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -143,11 +146,32 @@ class Store(ABC):
     def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
         """The rows a read-only query returns, written with the backend's MARK placeholders."""
 
+    @abstractmethod
+    def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
+        """Run one writing statement (autocommitted), written with the backend's MARK placeholders."""
+
+    # -- cancellation across processes ------------------------------------------------------------
+    def request_cancel(self, run_id: str) -> None:
+        """Ask whichever process executes the run to cancel it (it polls `cancel_requests`)."""
+        self._write(
+            f"INSERT INTO cancels (run_id, requested_at) VALUES ({self.MARK}, {self.MARK}) ON CONFLICT DO NOTHING",
+            (run_id, now()),
+            run_id,
+        )
+
+    def cancel_requests(self) -> list[str]:
+        """The runs some process has asked to cancel and whose owner has not yet dealt with it."""
+        return [row[0] for row in self._rows("SELECT run_id FROM cancels", ())]
+
+    def clear_cancel(self, run_id: str) -> None:
+        """The request is dealt with (the run was cancelled, or it is being started afresh)."""
+        self._write(f"DELETE FROM cancels WHERE run_id = {self.MARK}", (run_id,), run_id)
+
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
-        """The exact messages a step's model received; LookupError when the run has no such step."""
+        """The exact messages a step's model received; StepNotFound when the run has no such step."""
         rows = self._rows(f"SELECT messages FROM steps WHERE run_id = {self.MARK} AND key = {self.MARK}", (run_id, key))
         if not rows:
-            raise LookupError(f"run {run_id!r} has no step {key!r}")
+            raise StepNotFound(run_id, key)
         return json.loads(rows[0][0]) if rows[0][0] else None
 
     def list_runs(

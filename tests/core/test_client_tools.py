@@ -16,8 +16,9 @@ from conductor_mcp.core.client_tools import (
     tool_result,
     turn_messages,
 )
+from conductor_mcp.core.limits import MAX_TOOLS_CHARS
 from conductor_mcp.core.records import Run, StepRecord, ToolResult
-from conductor_mcp.core.request import MAX_TOOLS_CHARS
+from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
@@ -42,13 +43,23 @@ def test_both_api_shapes_become_chat_tools_and_other_kinds_are_left_out() -> Non
         ({"type": "function"}, RequestError, "tools: must be a list"),
         (["x"], RequestError, r"tools\[0\]: must be an object"),
         ([{"type": "function", "name": "rm -rf"}], RequestError, r"tools\[0\]\.name: must be 1-128 letters"),
-        ([{"type": "function", "name": f"t{i}"} for i in range(129)], RequestTooLarge, "129 function tools"),
-        ([{"type": "function", "name": "big", "description": "x" * MAX_TOOLS_CHARS}], RequestTooLarge, "characters"),
     ],
 )
 def test_bad_tool_definitions_name_what_is_wrong(raw: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         function_tools(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ([{"type": "function", "name": f"t{i}"} for i in range(129)], "tools: 129 function tools, over the limit"),
+        ([{"type": "function", "name": "big", "description": "x" * MAX_TOOLS_CHARS}], "characters, over the limit"),
+    ],
+)
+def test_too_many_or_too_large_tools_are_refused_as_too_large(raw: object, message: str) -> None:
+    with pytest.raises(RequestTooLarge, match=message):
+        RunRequest.of(task="t", tools=tuple(function_tools(raw)))
 
 
 def test_call_ids_name_their_run_and_others_name_none() -> None:

@@ -103,9 +103,10 @@ def _codex_exec(codex_home: Path, port: int, task: str) -> list[str]:
 
 def _last_run_id(tmp_path: Path) -> str:
     from conductor_mcp.config import Settings
-    from conductor_mcp.service import Service
+    from conductor_mcp.reader import RunReader
 
-    rows = Service(Settings.from_env(state_dir=tmp_path / "state")).list_runs(1)
+    with RunReader.open(Settings.from_env(state_dir=tmp_path / "state")) as reader:
+        rows = reader.list_runs(1)
     assert rows, "Codex's request started no run"
     return str(rows[0]["id"])
 

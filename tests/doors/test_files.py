@@ -48,7 +48,7 @@ async def test_files_inside_the_clients_roots_reach_the_workers_and_the_record(s
     path = str((project / "src" / "calc.py").resolve())
     digest = hashlib.sha256(CODE.encode()).hexdigest()
     assert [(f.path, f.size, f.sha256) for f in run.files] == [(path, len(CODE), digest)]
-    sent = service.store.step_messages(run.id, "0")[0]["content"]
+    sent = service.step_messages(run.id, "0")[0]["content"]
     assert f"## File: {path}" in sent and "return a - b" in sent
 
 
@@ -86,7 +86,7 @@ async def test_without_client_roots_the_servers_roots_apply(
 
     write_pool(pool_dir, sim_pool_doc())
     settings = Settings.from_env(state_dir=tmp_path / "state", roots=(project,)).with_pool_dirs_first(pool_dir)
-    async with Client(build_server(Service(settings)), mode=mode) as client:
+    async with Service.open(settings) as service, Client(build_server(service), mode=mode) as client:
         inside = await client.call_tool("plan", {"task": "t", "pool": "testpool", "files": ["src/calc.py"]})
         outside = await client.call_tool(
             "plan", {"task": "t", "pool": "testpool", "files": [str(tmp_path / "secret.txt")]}

@@ -27,12 +27,13 @@ TOKEN = "t0ken-for-the-tests"
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, host: str, allowed: list[str]) -> AsyncIterator[httpx.AsyncClient]:
     """The app with its lifespan running (so an accepted request gets a real MCP answer) and a client for it."""
-    app = http_app(build_server(Service(Settings.from_env(state_dir=tmp_path))), host, TOKEN, allowed)
-    assert isinstance(app, BearerTokenMiddleware)
-    async with app.app.router.lifespan_context(app.app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as client:
-            yield client
+    async with Service.open(Settings.from_env(state_dir=tmp_path)) as service:
+        app = http_app(build_server(service), host, TOKEN, allowed)
+        assert isinstance(app, BearerTokenMiddleware)
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as client:
+                yield client
 
 
 async def status(client: httpx.AsyncClient, host: str, authorization: str = f"Bearer {TOKEN}") -> int:

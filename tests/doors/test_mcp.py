@@ -9,7 +9,6 @@ import anyio
 import pytest
 from mcp.client import Client
 
-from conductor_mcp.doors import mcp as server_module
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.service import Service
 from tests.conftest import scripted_pool
@@ -78,8 +77,8 @@ async def test_short_wait_returns_running_then_continue_collects(mcp_server, ser
     assert second.structured_content["run_id"] == run_id and second.structured_content["answer"]
 
 
-async def test_heartbeats_while_waiting(mcp_server, service, monkeypatch) -> None:
-    monkeypatch.setattr(server_module, "HEARTBEAT_S", 0.05)
+async def test_heartbeats_while_waiting(mcp_server, service) -> None:
+    service.settings = service.settings.model_copy(update={"heartbeat_s": 0.05})
     service.providers.sim_time_scale = 0.3
     progress = Progress()
     async with Client(mcp_server) as client:
@@ -112,7 +111,7 @@ async def test_feedback_starts_a_linked_follow_up_that_sees_the_earlier_work(mcp
     assert [s["output"] for s in inherited] == [s["output"] for s in first["steps"]]
     assert all(s["inherited_from"] == first["run_id"] for s in inherited)
     assert review["worker_id"] == "conductor" and review["access"] == list(range(len(first["steps"])))
-    conductor_prompt = service.store.step_messages(data["run_id"], review["key"])[1]["content"]
+    conductor_prompt = service.step_messages(data["run_id"], review["key"])[1]["content"]
     assert "the base case is missing" in conductor_prompt and first["answer"] in conductor_prompt
     assert data["totals"]["steps"] == len(data["steps"]) - len(first["steps"])  # inherited work is not recounted
 

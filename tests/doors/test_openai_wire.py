@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from conductor_mcp.core.request import MAX_CONTEXT_CHARS
+from conductor_mcp.core.limits import MAX_CONTEXT_CHARS
+from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.openai_wire import (
     chat_request,
     chat_tool_reply,
@@ -66,12 +67,18 @@ def test_chat_messages_and_limits() -> None:
         ),
         ({"model": "c", "input": "x", "metadata": {"max_usd": "lots"}}, RequestError, "metadata.max_usd"),
         ({"model": "c", "input": "x", "reasoning": {"effort": "max"}}, RequestError, "reasoning.effort: must be"),
-        ({"model": "c", "input": "x", "instructions": "y" * (MAX_CONTEXT_CHARS + 1)}, RequestTooLarge, "context limit"),
     ],
 )
 def test_bad_requests_name_the_field(body: dict, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=re.escape(message)):
         responses_request(body)
+
+
+def test_a_history_over_the_context_limit_is_too_large_for_the_request_it_becomes() -> None:
+    """The wire only translates; the RunRequest the door builds from it checks every size, as for any door."""
+    asked = responses_request({"model": "c", "input": "x", "instructions": "y" * (MAX_CONTEXT_CHARS + 1)})
+    with pytest.raises(RequestTooLarge, match=r"context: \d+ characters exceeds the limit of 400000"):
+        RunRequest.of(task=asked.task, context=asked.context, **asked.run_fields)
 
 
 OUR_CALL = "call_0123456789abcdef_2_0"

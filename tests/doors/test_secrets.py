@@ -56,8 +56,8 @@ async def test_keys_never_leak(tmp_path: Path, pool_dir: Path, faulty_base: str)
 
     os.environ["MY_WORKER_VAR"] = WORKER_KEY  # this process reads resources; make it know the names too
     try:
-        service = Service(Settings.from_env(state_dir=state, pool_path=(pool_dir,)))
-        async with Client(build_server(service)) as client:
+        settings = Settings.from_env(state_dir=state, pool_path=(pool_dir,))
+        async with Service.open(settings) as service, Client(build_server(service)) as client:
             for run in runs.values():
                 outputs.append((await client.read_resource(f"conductor://runs/{run['id']}")).contents[0].text)
                 for step in run["steps"]:
@@ -84,9 +84,9 @@ async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: P
                             "stop": ["tok-SECRET-in-list"]}}  # fmt: skip
     workers = [worker("http://127.0.0.1:9", "ok", api_key_file="/keys/worker.txt")]
     write_pool(pool_dir, {"name": "masked", "conductor": conductor, "workers": workers})
-    service = Service(Settings.from_env().with_pool_dirs_first(pool_dir))
-    async with Client(build_server(service)) as client:
-        text = (await client.read_resource("conductor://pools/masked")).contents[0].text
+    async with Service.open(Settings.from_env().with_pool_dirs_first(pool_dir)) as service:
+        async with Client(build_server(service)) as client:
+            text = (await client.read_resource("conductor://pools/masked")).contents[0].text
     for secret in ("pa55word-in-url", "bob", "q-SECRETquery-123", "hdr-SECRET", "tok-SECRET", "frag-SECRET"):
         assert secret not in text
     shown = json.loads(text)["conductor"]

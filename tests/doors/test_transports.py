@@ -22,6 +22,7 @@ from conductor_mcp.cli import main
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
+from conductor_mcp.reader import RunReader
 from conductor_mcp.service import Service
 from tests.conftest import (
     INITIALIZE,
@@ -191,7 +192,8 @@ def test_no_auth_refuses_a_host_beyond_loopback_and_a_configured_token(
 async def test_binding_beyond_loopback_requires_a_token(tmp_path: Path) -> None:
     from conductor_mcp.doors.mcp import build_server
 
-    server = build_server(Service(Settings.from_env(state_dir=tmp_path)))
+    async with Service.open(Settings.from_env(state_dir=tmp_path)) as service:
+        server = build_server(service)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10")
     with pytest.raises(RequestError, match="CONDUCTOR_HTTP_TOKEN"):
@@ -275,10 +277,10 @@ def test_interrupted_run_shows_interrupted_from_another_process(tmp_path: Path) 
             return result.structured_content["run_id"]
 
         run_id = asyncio.run(start())
-        observer = Service(Settings.from_env(state_dir=tmp_path / "state"))
-        assert observer.get_run(run_id).status == "running"  # its process is alive
-        server.kill()
-        run = observer.get_run(run_id)
+        with RunReader.open(Settings.from_env(state_dir=tmp_path / "state")) as observer:  # reads, takes no lease
+            assert observer.get_run(run_id).status == "running"  # its process is alive
+            server.kill()
+            run = observer.get_run(run_id)
         assert run.status == "interrupted" and "continue_workflow" in run.error
     finally:
         if server.proc.poll() is None:

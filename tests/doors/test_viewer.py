@@ -16,7 +16,8 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
+from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, viewer_links
+from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.doors.viewer import COOKIE, ViewerAuth
 from conductor_mcp.service import Service
@@ -38,9 +39,10 @@ XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2"><a hre
 
 
 @pytest.fixture
-def viewer_service(tmp_path: Path, pool_dir: Path) -> Service:
+async def viewer_service(tmp_path: Path, pool_dir: Path) -> AsyncIterator[Service]:
     write_pool(pool_dir, sim_pool_doc())
-    return Service(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir))
+    async with Service.open(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)) as service:
+        yield service
 
 
 @contextlib.asynccontextmanager
@@ -56,7 +58,7 @@ async def serving(service: Service, auth: ViewerAuth | None = None) -> AsyncIter
 def stored(service: Service, run_id: str, created_at: str, status: str = "done", pool: str = "testpool") -> None:
     run = Run(id=run_id, task=f"task {run_id}", pool=pool, pool_digest="d", conductor_model="sim/conductor",
               max_steps=3, status=status, created_at=created_at)  # fmt: skip
-    service.store.save_run(run)
+    service._store.save_run(run)
 
 
 async def test_the_viewer_needs_the_token_or_a_cookie_from_a_one_time_code(viewer_service: Service) -> None:
@@ -125,8 +127,8 @@ async def test_the_list_is_paged_newest_first_and_filtered(viewer_service: Servi
         bad = await client.get("/ui/?status=<b>", headers=BEARER)
         assert bad.status_code == 400 and "<b>" not in bad.text and "&lt;b&gt;" in bad.text
     cursor = ("2026-01-01T00:01:00.000+00:00", "run060")
-    assert [r["id"] for r in viewer_service.store.list_runs(3, before=cursor)] == ["run059", "run058", "run057"]
-    assert [r["id"] for r in viewer_service.store.list_runs(2, "failed", pool="testpool")] == ["run110", "run100"]
+    assert [r["id"] for r in viewer_service._store.list_runs(3, before=cursor)] == ["run059", "run058", "run057"]
+    assert [r["id"] for r in viewer_service._store.list_runs(2, "failed", pool="testpool")] == ["run110", "run100"]
 
 
 async def test_a_run_page_shows_steps_outputs_and_messages_escaped(viewer_service: Service, pool_dir: Path) -> None:
@@ -144,7 +146,7 @@ async def test_a_run_page_shows_steps_outputs_and_messages_escaped(viewer_servic
             assert f'id="step-{step.key}"' in page
         fragment = (await client.get(f"/ui/runs/{run.id}/steps/1/messages?part=1", headers=BEARER)).text
         assert "write the code" in fragment and "&lt;script&gt;" in fragment
-        assert (await client.get(f"/ui/runs/{run.id}/steps/9/messages", headers=BEARER)).status_code == 400
+        assert (await client.get(f"/ui/runs/{run.id}/steps/9/messages", headers=BEARER)).status_code == 404
         listed = (await client.get("/ui/", headers=BEARER)).text
         assert f'data-run="{run.id}"' in listed and "<script>window" not in listed
 
@@ -169,21 +171,23 @@ async def test_the_event_stream_reports_progress_then_the_end(
 ) -> None:
     monkeypatch.delenv("CONDUCTOR_SIM_TIME_SCALE")
     write_pool(pool_dir, slow_pool_doc("slowish", first_token_s=0.2))
-    viewer_service = Service(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir))
-    run = viewer_service.start(ask("What is 6*7?", pool="slowish"))
-    async with serving(viewer_service) as client:
-        body = (await client.get(f"/ui/runs/{run.id}/events", headers=BEARER)).text
+    settings = Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)
+    async with Service.open(settings) as viewer_service:
+        run = viewer_service.start(ask("What is 6*7?", pool="slowish"))
+        async with serving(viewer_service) as client:
+            body = (await client.get(f"/ui/runs/{run.id}/events", headers=BEARER)).text
+        final = viewer_service.get_run(run.id).status
     events = re.findall(r"event: (\w+)\ndata: (.*)\n\n", body)
     kinds = [e for e, _ in events]
     assert kinds[0] == "progress" and kinds[-1] == "end" and '"done"' in events[-1][1]
     assert any('"step_finished"' in data for _, data in events)
-    assert viewer_service.get_run(run.id).status == "done"
+    assert final == "done"
 
 
-async def test_results_carry_the_viewer_url_when_served(viewer_service: Service) -> None:
-    assert viewer_service.viewer_url("abc") is None
-    viewer_service.viewer_base = "http://127.0.0.1:8765/ui/"
-    assert viewer_service.viewer_url("abc") == "http://127.0.0.1:8765/ui/runs/abc"
+def test_results_carry_the_viewer_url_when_served() -> None:
+    assert Links().run("abc") is None
+    assert viewer_links("127.0.0.1", 8765).run("abc") == "http://127.0.0.1:8765/ui/runs/abc"
+    assert viewer_links("0.0.0.0", 8765).run("abc") == "http://127.0.0.1:8765/ui/runs/abc"
 
 
 def test_view_refuses_an_unknown_run_before_serving(tmp_path: Path) -> None:

@@ -23,22 +23,23 @@ from conductor_mcp.engine import conductor
 from conductor_mcp.errors import RequestError, RunNotFound
 from conductor_mcp.models import providers
 from conductor_mcp.pools import load_pool
+from conductor_mcp.reader import RunReader
 from conductor_mcp.runs.render import to_markdown
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service import Service
-from tests.conftest import orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
+from tests.conftest import in_service, orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
 
 # ------------------------------------------------------------------------------------------- conductor
 
 
 def test_system_prompt_is_byte_identical_across_tasks(service: Service) -> None:
-    pool = service.pool("testpool")
-    assert prompts.system_prompt(pool, 5) == prompts.system_prompt(service.pool("testpool"), 5)
+    pool = service.pools.get("testpool")
+    assert prompts.system_prompt(pool, 5) == prompts.system_prompt(service.pools.get("testpool"), 5)
     assert "- model_0: strongest at math" in prompts.system_prompt(pool, 5)
 
 
 def test_compact_prompt_is_short_and_its_example_is_a_valid_workflow(service: Service) -> None:
-    pool = service.pool("testpool")
+    pool = service.pools.get("testpool")
     compact = pool.model_copy(update={"conductor": pool.conductor.model_copy(update={"prompt": "compact"})})
     full_text, compact_text = prompts.system_prompt(pool, 5), prompts.system_prompt(compact, 5)
     assert len(compact_text) < len(full_text) / 2
@@ -64,7 +65,7 @@ async def test_conductor_messages_put_the_stable_prefix_first(service: Service, 
 
 
 def test_response_format_per_backend(service: Service) -> None:
-    pool = service.pool("testpool")
+    pool = service.pools.get("testpool")
     schema = {"type": "object"}
     spec = pool.conductor
     assert conductor.response_format(spec, schema)["json_schema"]["schema"] == schema
@@ -170,12 +171,14 @@ def test_access_list_isolation(tmp_path: Path, steps: list[tuple[str, str, Any]]
     """A worker's messages hold the task, exactly the steps in its access list (in order), and its instruction."""
     pool_dir = Path(tempfile.mkdtemp(dir=tmp_path))
     scripted_pool(pool_dir, "iso", steps)
-    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
-    run = asyncio.run(orchestrate(service, "the task", pool="iso", metadata={"answer": "1"}))
+    settings = Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))
+    run = in_service(settings, lambda service: orchestrate(service, "the task", pool="iso", metadata={"answer": "1"}))
     assert run.status == "done"
+    with RunReader.open(settings) as reader:
+        sent = [reader.step_messages(run.id, str(i)) for i in range(len(steps))]
     for i, (_, _, access) in enumerate(steps):
         allowed = list(range(i)) if access == "all" else sorted(access)
-        content = service.store.step_messages(run.id, str(i))
+        content = sent[i]
         assert len(content) == 1 and content[0]["role"] == "user"
         text = content[0]["content"]
         assert text.startswith("# Task\nthe task") and text.endswith(f"# Your instruction\n{steps[i][1]}")
@@ -184,7 +187,6 @@ def test_access_list_isolation(tmp_path: Path, steps: list[tuple[str, str, Any]]
                 assert (steps[j][1] in text) == (j in allowed), (i, j, allowed)
         shown = [int(x) for x in re.findall(r"## Step (\d+): answer", text)]
         assert shown == allowed
-    service.store.close()
 
 
 async def test_fan_out_runs_in_parallel(service: Service, pool_dir: Path, monkeypatch) -> None:
@@ -216,7 +218,7 @@ async def test_costs_and_totals_add_up(service: Service) -> None:
         service, "Prove it.", pool="testpool", metadata={"domain": "math", "answer": "1", "difficulty": "hard"}
     )
     assert run.status == "done" and len(run.steps) >= 3
-    pool = service.pool("testpool")
+    pool = service.pools.get("testpool")
     for step in run.steps:
         price = pool.get(step.worker_id).price
         expected = (step.prompt_tokens * price.input_per_mtok + step.completion_tokens * price.output_per_mtok) / 1e6
@@ -243,16 +245,19 @@ async def test_token_budget_stops_before_the_call(service: Service, pool_dir: Pa
         + probe.steps[0].completion_tokens
     )
     run = await orchestrate(service, "task", pool="budget", budget=Budget(max_tokens=after_first + 5))
-    assert run.status == "failed" and "token budget reached" in run.error
+    assert run.status == "done" and run.stop is not None and run.stop.kind == "token_budget"  # a clean stop
+    assert "token budget reached" in run.stop.detail and run.error is None
     assert [s.status for s in run.steps] == ["done", "skipped", "skipped"]
+    assert [s.stop.kind if s.stop else None for s in run.steps] == [None, "token_budget", "token_budget"]
     assert run.totals.total_tokens <= after_first + 5
-    assert run.answer == run.steps[0].output  # best answer so far, flagged by the status and error
+    assert run.answer == run.steps[0].output  # the best answer so far
 
 
 async def test_usd_budget_stops_before_the_call(service: Service, pool_dir: Path) -> None:
     scripted_pool(pool_dir, "usd", [("model_0", "first", []), ("model_1", "second", [0])])
     run = await orchestrate(service, "task", pool="usd", budget=Budget(max_usd=1e-9))
-    assert run.status == "failed" and "USD budget reached" in run.error
+    assert run.status == "failed" and "USD budget reached" in run.error  # nothing finished: no answer to give
+    assert run.stop is not None and run.stop.kind == "usd_budget" and run.answer is None
     assert [s.status for s in run.steps] == ["skipped", "skipped"]
 
 
@@ -302,9 +307,10 @@ async def test_step_timeout(tmp_path: Path, pool_dir: Path) -> None:
         "params": {"mock_response": "late", "mock_delay": 5},
     }
     scripted_pool(pool_dir, "slow", [("model_0", "solve", [])], workers=doc["workers"])
-    service = Service(Settings.from_env(state_dir=tmp_path / "s", pool_path=(pool_dir,), step_timeout_s=0.3))
+    settings = Settings.from_env(state_dir=tmp_path / "s", pool_path=(pool_dir,), step_timeout_s=0.3)
     started = time.perf_counter()
-    run = await orchestrate(service, "task", pool="slow")
+    async with Service.open(settings) as service:
+        run = await orchestrate(service, "task", pool="slow")
     assert time.perf_counter() - started < 3
     assert run.status == "failed" and "timed out after 0.3s" in run.steps[0].error
 
@@ -410,10 +416,12 @@ def test_run_ids_are_random() -> None:
 
 
 def test_shipped_sim_pool_runs(tmp_path: Path) -> None:
-    service = Service(Settings.from_env(state_dir=tmp_path / "s"))  # CONDUCTOR_POOL=sim (conftest)
-    run = asyncio.run(orchestrate(service, "What is 6*7?", metadata={"domain": "math", "answer": "42"}))
+    settings = Settings.from_env(state_dir=tmp_path / "s")  # CONDUCTOR_POOL=sim (conftest)
+    run = in_service(
+        settings, lambda service: orchestrate(service, "What is 6*7?", metadata={"domain": "math", "answer": "42"})
+    )
     assert run.pool == "sim" and run.status == "done"
-    assert load_pool("sim", list(service.settings.pool_dirs)).digest() == run.pool_digest
+    assert load_pool("sim", list(settings.pool_dirs)).digest() == run.pool_digest
 
 
 def test_completion_prompt_for_base_models() -> None:
@@ -422,3 +430,33 @@ def test_completion_prompt_for_base_models() -> None:
     assert providers.completion_prompt(messages) == (
         "Be brief.\n\nQuestion: Task:\nWhat is 2+2?\n\nYour instruction:\nAnswer it.\nAnswer:"
     )
+
+
+async def test_a_step_that_raises_unexpectedly_cancels_its_running_siblings(tmp_path: Path, pool_dir: Path) -> None:
+    """A bug in one step (here: its provider call raises a RuntimeError) stops the run at once: the slow sibling
+    already calling its model is cancelled (the simulator's call log shows its call never finished), the step
+    waiting on it is never called, and the run ends failed naming the step, with what finished kept."""
+    slow = {"workers": {"alpha": {"first_token_s": 2.0, "output_tokens": 5}}}
+    steps = [("model_0", "slow", []), ("model_1", "breaks", []), ("model_2", "after the slow one", [0])]
+    scripted_pool(pool_dir, "crash", steps, simulation=slow)
+    calls = tmp_path / "calls.jsonl"
+    settings = Settings.from_env(state_dir=tmp_path / "s", pool_path=(pool_dir,), sim_call_log=calls, sim_time_scale=1)
+    async with Service.open(settings) as service:
+        real = service.providers.complete
+
+        async def buggy(spec, messages, **kwargs):
+            if kwargs.get("label") == "beta":
+                await asyncio.sleep(0.1)  # the slow sibling is calling its model by now
+                raise RuntimeError("a bug in our own code")
+            return await real(spec, messages, **kwargs)
+
+        service.providers.complete = buggy  # type: ignore[method-assign]
+        started = time.perf_counter()
+        run = await orchestrate(service, "task", pool="crash")
+        elapsed = time.perf_counter() - started
+    assert elapsed < 1.5, elapsed  # nobody waited for the slow sibling's 2 s
+    assert run.status == "failed" and run.stop is not None and run.stop.kind == "internal_error"
+    assert run.stop.step == "1" and "RuntimeError: a bug in our own code" in run.stop.detail
+    assert [s.status for s in run.steps] == ["cancelled", "failed", "skipped"]
+    called = [json.loads(line)["model"] for line in calls.read_text().splitlines()] if calls.exists() else []
+    assert "sim/alpha" not in called and "sim/gamma" not in called, called  # only the conductor's call finished

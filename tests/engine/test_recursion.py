@@ -50,7 +50,7 @@ def tree(run) -> list[tuple[str, int, str | None, str]]:
 
 
 def test_the_conductor_is_offered_as_a_worker(service: Service, pool_dir: Path) -> None:
-    pool = service.pool(recursive_pool(pool_dir, "offered"))
+    pool = service.pools.get(recursive_pool(pool_dir, "offered"))
     assert pool.offered_ids() == ["boaster", "careful", "steady", "conductor"]
     assert "- conductor: You, the Conductor" in prompts.system_prompt(pool, 4)
     schema = workflow_json_schema(pool.offered_ids(), 4)
@@ -73,7 +73,7 @@ async def test_a_corrective_workflow_fixes_a_wrong_answer(service: Service, pool
     review = next(s for s in run.steps if s.key == "1")
     assert review.worker_id == "conductor" and review.access == [0] and review.finish_reason == "corrected"
     assert review.conductor_call and review.conductor_call.raw_output  # the conductor's own output is kept
-    prompt = service.store.step_messages(run.id, "1")[1]["content"]
+    prompt = service.step_messages(run.id, "1")[1]["content"]
     assert first.output in prompt  # the wrong answer was visible to the recursive step
     assert tree(run) == [
         ("0", 0, None, "boaster"),
@@ -117,7 +117,8 @@ async def test_depth_cap_stops_a_conductor_that_never_stops(service: Service, po
     ]
     deepest = next(s for s in run.steps if s.key == "1.0.0")
     assert deepest.finish_reason == "depth cap (2) reached: the current answer stands"
-    assert "depth cap (2) reached" in run.stop_reason
+    assert run.stop is not None and run.stop.kind == "depth_cap" and run.stop.step == "1.0.0"
+    assert "depth cap (2) reached" in run.stop.detail
     assert run.answer == run.steps[0].output  # the best answer so far
 
 
@@ -125,7 +126,8 @@ async def test_call_budget_stops_a_conductor_that_never_stops(service: Service, 
     pool = recursive_pool(pool_dir, "budget", {"always_recurse": True}, max_depth=5, max_steps=2)
     run = await orchestrate(service, "What is 6*7?", pool=pool, metadata=MATH)
     assert run.max_calls == 4
-    assert run.status == "done" and run.stop_reason == "call budget reached: 4 of 4 calls used"
+    assert run.status == "done" and run.stop is not None and run.stop.kind == "call_cap"
+    assert run.stop.detail == "call budget reached: 4 of 4 calls used"
     started = [s for s in run.steps if s.status not in ("pending", "skipped")]
     assert len(started) == 4 and run.answer == run.steps[0].output
     assert "Stopped early" in to_markdown(run)

@@ -38,7 +38,7 @@ async def test_single_worker_is_one_call(service: Service) -> None:
 
 
 async def test_moa_calls_every_worker_then_aggregates(service: Service) -> None:
-    pool = service.pool("testpool")
+    pool = service.pools.get("testpool")
     run = await run_strategy(service, mixture_of_agents(pool))
     proposers, aggregator = run.steps[:-1], run.steps[-1]
     assert sorted(s.worker_id for s in proposers) == ["alpha", "beta", "gamma"] and all(
@@ -49,7 +49,7 @@ async def test_moa_calls_every_worker_then_aggregates(service: Service) -> None:
 
 
 async def test_two_layer_moa(service: Service) -> None:
-    run = await run_strategy(service, mixture_of_agents(service.pool("testpool"), layers=2))
+    run = await run_strategy(service, mixture_of_agents(service.pools.get("testpool"), layers=2))
     assert [s.access for s in run.steps] == [[], [], [], [0, 1, 2], [0, 1, 2], [0, 1, 2], [3, 4, 5]]
     assert run.totals.calls == 7
 
@@ -72,7 +72,7 @@ async def test_conductor_with_recursion_ends_with_a_self_check(service: Service)
 
 
 def test_all_strategies_cover_the_pool(service: Service) -> None:
-    names = [s.name for s in all_strategies(service.pool("testpool"))]
+    names = [s.name for s in all_strategies(service.pools.get("testpool"))]
     assert names == ["single:model_0", "single:model_1", "single:model_2", "moa:1-layer", "pipeline", "router",
                      "conductor", "conductor+recursion"]  # fmt: skip
 

@@ -99,7 +99,7 @@ async def test_with_recursion_the_conductor_replans_around_a_dead_worker(
     keys = {s.key: s for s in run.steps}
     assert keys["1"].status == "failed" and keys["2"].status == "skipped"
     recovery = keys["3"]
-    assert recovery.worker_id == "conductor" and recovery.finish_reason == "recovery: corrected"
+    assert recovery.worker_id == "conductor" and recovery.recovery and recovery.finish_reason == "corrected"
     assert recovery.access == [0] and keys["3.0"].worker_id == "ok"
     assert run.status == "done" and run.answer.endswith("ANSWER: 42")
 

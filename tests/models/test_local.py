@@ -72,8 +72,8 @@ def test_resident_server_files_are_private(state: Path) -> None:
 
 
 async def test_plan_with_constrained_decoding(state: Path) -> None:
-    service = Service(Settings.from_env())
-    run = await plan(service, "What is the capital of France?")
+    async with Service.open(Settings.from_env()) as service:
+        run = await plan(service, "What is the capital of France?")
     assert run.pool == "local" and run.fallback_reason is None, run.conductor_calls
     call = run.conductor_calls[-1]
     pool = load_pool("local", [builtin_pool_dir()])
@@ -83,8 +83,8 @@ async def test_plan_with_constrained_decoding(state: Path) -> None:
 
 
 async def test_orchestrate_end_to_end(state: Path) -> None:
-    service = Service(Settings.from_env())
-    run = await orchestrate(service, "Question: What is the capital of France?")
+    async with Service.open(Settings.from_env()) as service:
+        run = await orchestrate(service, "Question: What is the capital of France?")
     assert run.status == "done", run.error
     assert run.answer is not None
     for step in run.steps:

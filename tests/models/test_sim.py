@@ -192,11 +192,11 @@ async def test_a_pools_simulation_settings_stay_its_own(tmp_path: Path, pool_dir
     write_pool(pool_dir, instant)
     write_pool(pool_dir, slow)
     settings = Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)
-    service = Service(settings.model_copy(update={"sim_time_scale": None}))  # the pools' own time scales apply
-    service.pool("slow")  # loaded first, as a server that has served it before
-    await orchestrate(service, "What is 2+2?", pool="instant")
-    started = time.perf_counter()
-    run = await orchestrate(service, "What is 2+2?", pool="slow", metadata={"difficulty": "easy"})
+    async with Service.open(settings.model_copy(update={"sim_time_scale": None})) as service:  # pools' own scales
+        service.pools.get("slow")  # loaded first, as a server that has served it before
+        await orchestrate(service, "What is 2+2?", pool="instant")
+        started = time.perf_counter()
+        run = await orchestrate(service, "What is 2+2?", pool="slow", metadata={"difficulty": "easy"})
     assert run.status == "done" and time.perf_counter() - started >= 0.3
     assert run.steps[0].latency_s >= 0.3
 

@@ -16,16 +16,15 @@ SPACED = {"workers": {name: {"first_token_s": 0.2, "output_tokens": 5} for name 
 async def relayed(tmp_path: Path, pool_dir: Path, coalesce: bool) -> list[str]:
     scripted_pool(pool_dir, "chain", CHAIN, simulation=SPACED)
     settings = Settings.from_env(state_dir=tmp_path / "state", pool_path=(pool_dir,), sim_time_scale=1)
-    service = Service(settings)
     messages: list[str] = []
 
     async def record(event: ProgressEvent) -> None:
         messages.append(event.message)
 
-    run = service.start(ask("task", pool="chain"))
-    done = await service.wait(run.id, 30, record, coalesce=coalesce)
+    async with Service.open(settings) as service:
+        run = service.start(ask("task", pool="chain"))
+        done = await service.wait(run.id, 30, record, coalesce=coalesce)
     assert done.status == "done", done.error
-    await service.close()
     return messages
 
 

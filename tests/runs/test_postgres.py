@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -64,24 +65,24 @@ def slow_pool(pool_dir: Path) -> Path:
 
 
 @pytest.fixture
-def replica(tmp_path: Path, postgres_url: str, slow_pool: Path) -> Iterator[Callable[[str], Service]]:
-    """Makes replicas (Services with connections of their own) and closes them all, whatever the test did."""
-    made: list[Service] = []
+async def replica(
+    tmp_path: Path, postgres_url: str, slow_pool: Path
+) -> AsyncIterator[Callable[[str], Awaitable[Service]]]:
+    """Opens replicas (Services with connections of their own) and closes them all, whatever the test did, before
+    the cluster stops (a lease that is lost while held stops the process)."""
+    async with contextlib.AsyncExitStack() as replicas:
 
-    def make(name: str) -> Service:
-        settings = Settings.from_env(state_dir=tmp_path / name, database_url=postgres_url, sim_time_scale=1.0)
-        made.append(Service(settings.with_pool_dirs_first(slow_pool)))
-        return made[-1]
+        async def make(name: str) -> Service:
+            settings = Settings.from_env(state_dir=tmp_path / name, database_url=postgres_url, sim_time_scale=1.0)
+            return await replicas.enter_async_context(Service.open(settings.with_pool_dirs_first(slow_pool)))
 
-    yield make
-    for service in made:
-        service.lease.close()  # before the cluster stops: a lease that is lost while held stops the process
+        yield make
 
 
 async def test_a_run_on_one_replica_is_collected_on_another_with_its_progress(
-    replica: Callable[[str], Service],
+    replica: Callable[[str], Awaitable[Service]],
 ) -> None:
-    a, b = replica("a"), replica("b")
+    a, b = await replica("a"), await replica("b")
     run = a.start(ask("prove it", pool="testpool", max_steps=3))
     assert b.get_run(run.id).status == "running"  # A holds its lease
     seen: list[ProgressEvent] = []
@@ -94,34 +95,29 @@ async def test_a_run_on_one_replica_is_collected_on_another_with_its_progress(
     kinds = [e.kind for e in seen]
     assert "step_finished" in kinds and kinds[-1] == "run_finished", kinds
     again = a.start(ask("again", pool="testpool"))
-    with pytest.raises(RequestError, match="running in another server process"):
+    with pytest.raises(RequestError, match="is still running; collect it before giving feedback"):
         b.continue_run(again.id, feedback="more")  # feedback waits until the run ends
     assert (await a.wait(again.id, 60)).status == "done"
-    await a.close()
-    await b.close()
 
 
 async def test_a_dead_replicas_run_reads_interrupted_everywhere_and_one_replica_claims_it(
-    replica: Callable[[str], Service],
+    replica: Callable[[str], Awaitable[Service]],
 ) -> None:
-    a, b, c = replica("a"), replica("b"), replica("c")
+    a, b, c = await replica("a"), await replica("b"), await replica("c")
     planned = await b.plan(ask("prove it", pool="testpool", max_steps=3))
 
     def taken_by_a(run: Run) -> list[int]:
-        run.status, run.owner = "running", a.lease.token  # as if A had claimed it and was executing it
+        run.status, run.owner = "running", a._lease.token  # as if A had claimed it and was executing it
         return []
 
-    run = b.store.update(planned.id, taken_by_a)
+    run = b._store.update(planned.id, taken_by_a)
     assert c.get_run(run.id).status == "running"
     waiting = asyncio.create_task(b.wait(run.id, 30))
     await asyncio.sleep(0.2)
-    a.lease.close()  # what a dead replica's closed connection does: the advisory lock goes
+    a._lease.close()  # what a dead replica's closed connection does: the advisory lock goes
     assert (await waiting).status == "interrupted"  # the waiter on B noticed without any event from A
     assert c.get_run(run.id).status == "interrupted"
     owners = [replica.continue_run(run.id).owner for replica in (b, c)]  # B claims it; C then collects B's run
-    assert owners == [b.lease.token, b.lease.token] and run.id in b.active and run.id not in c.active
+    assert owners == [b._lease.token, b._lease.token] and b.executes_here(run.id) and not c.executes_here(run.id)
     done = await c.wait(run.id, 60)
     assert done.status == "done" and all(s.status == "done" for s in done.steps)
-    await a.close()
-    await b.close()
-    await c.close()

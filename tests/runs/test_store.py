@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 import structlog
 
-from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import StoreError
+from conductor_mcp.runs.leases import FileLease
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.runs.store import SCHEMA_VERSION
-from conductor_mcp.service import Service
 
 WRITER = """
 import sys
 from pathlib import Path
 from typing import Any
+from conductor_mcp.runs.leases import FileLease
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.runs.store import SCHEMA_VERSION
 from conductor_mcp.core.records import Run, StepRecord
@@ -62,17 +62,17 @@ def test_state_is_private_to_its_owner_whatever_the_umask(tmp_path: Path) -> Non
     state = tmp_path / "state"
     old = os.umask(0o022)  # the usual umask, which gives 0755 directories and 0644 files
     try:
-        service = Service(Settings.from_env(state_dir=state))
+        store, lease = SqliteStore(state / "runs.sqlite3"), FileLease(state)
         run = Run(id="r1", task="my password is hunter2", pool="p", pool_digest="d", conductor_model="m", max_steps=1)
-        service.store.save_run(run)
+        store.save_run(run)
     finally:
         os.umask(old)
     files = [state / "runs.sqlite3", state / "runs.sqlite3-wal", state / "runs.sqlite3-shm"]
     files += list((state / "leases").iterdir())
     assert _mode(state) == 0o700 and _mode(state / "leases") == 0o700
     assert len(files) == 4 and {p.name: _mode(p) for p in files} == {p.name: 0o600 for p in files}
-    service.store.close()
-    service.lease.close()
+    store.close()
+    lease.close()
 
 
 def test_an_existing_readable_state_dir_is_tightened_with_a_warning(tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""Reading runs, as `show`, `runs`, `view` and every door's reads need it: no lease is taken and nothing is
+written, so a command that only reads leaves nothing behind in the state directory.
+
+A `running` run whose owner no longer lives reads as interrupted. A run executing in another process is followed
+through the store (runs/follow.py); the Service, which executes runs, follows its own and its replicas' runs by
+their events instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Iterator
+from typing import Any
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.limits import MAX_RUNS_LISTED
+from conductor_mcp.core.records import Run
+from conductor_mcp.engine.events import emit
+from conductor_mcp.errors import RequestError
+from conductor_mcp.pools import PoolCatalog
+from conductor_mcp.runs.backends import open_liveness, open_store
+from conductor_mcp.runs.follow import poll_store
+from conductor_mcp.runs.leases import Liveness
+from conductor_mcp.runs.store import Store
+
+
+class RunReader:
+    """Runs as they stand in the store, and the pools they ran on."""
+
+    def __init__(self, settings: Settings, store: Store, liveness: Liveness, pools: PoolCatalog | None = None) -> None:
+        self.settings = settings
+        self._store = store
+        self._liveness = liveness
+        self.pools = pools or PoolCatalog(list(settings.pool_dirs), settings.pool)
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, settings: Settings) -> Iterator[RunReader]:
+        """A reader over the store the settings name, closed on leaving the block."""
+        store = open_store(settings)
+        try:
+            yield cls(settings, store, open_liveness(settings.state_dir, store))
+        finally:
+            store.close()
+
+    @property
+    def store_location(self) -> str:
+        return self._store.location
+
+    def get_run(self, run_id: str) -> Run:
+        """The run as it stands now: a `running` run whose process died reads as interrupted."""
+        run = self._store.load_run(run_id)
+        if self._orphaned(run):
+            run.mark_interrupted()
+        return run
+
+    def _orphaned(self, run: Run) -> bool:
+        """A `running` run that no live process executes."""
+        return run.status == "running" and not self._liveness.is_alive(run.owner)
+
+    def list_runs(self, limit: int = 20, status: str | None = None, **filters: Any) -> list[dict[str, Any]]:
+        """Newest first; `filters` are the store's (pool, parent_id, before: a page's keyset cursor)."""
+        if not 1 <= limit <= MAX_RUNS_LISTED:
+            raise RequestError(f"limit: must be between 1 and {MAX_RUNS_LISTED}, got {limit}")
+        rows = self._store.list_runs(limit, status, **filters)
+        for row in rows:
+            if row["status"] == "running":
+                row["status"] = self.get_run(row["id"]).status
+        return rows
+
+    def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
+        """The exact messages a step's model received (RunNotFound, StepNotFound)."""
+        self.get_run(run_id)
+        return self._store.step_messages(run_id, key)
+
+    async def follow(
+        self, run_id: str, heartbeat_s: float | None = None, coalesce: bool = False
+    ) -> AsyncGenerator[ProgressEvent, None]:
+        """The run's progress from now until it stops running (nothing for a run that is not running)."""
+        async for event in poll_store(lambda: self.get_run(run_id), heartbeat_s):
+            yield event
+
+    async def wait(
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_event: ProgressCallback | None = None,
+        heartbeat_s: float | None = None,
+        *,
+        coalesce: bool = False,
+    ) -> Run:
+        """Follow a run up to `timeout_s` (None: to its end), relaying its progress to `on_event`; the run as it
+        stands then (still `running` past the timeout: it goes on). `coalesce`: events that arrive together are
+        relayed as one (a door that pays a wire message per event)."""
+        await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
+        return self.get_run(run_id)
+
+
+async def relay_until(
+    events: AsyncGenerator[ProgressEvent, None], timeout_s: float | None, on_event: ProgressCallback | None
+) -> None:
+    """Relay `events` to `on_event` until they end or `timeout_s` passes (then the events are closed)."""
+    try:
+        async with asyncio.timeout(timeout_s) as deadline, contextlib.aclosing(events) as following:
+            async for event in following:
+                await emit(on_event, event)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
