@@ -84,9 +84,9 @@ async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: P
                             "stop": ["tok-SECRET-in-list"]}}  # fmt: skip
     workers = [worker("http://127.0.0.1:9", "ok", api_key_file="/keys/worker.txt")]
     write_pool(pool_dir, {"name": "masked", "conductor": conductor, "workers": workers})
-    async with Service.open(Settings.from_env().with_pool_dirs_first(pool_dir)) as service:
-        async with Client(build_server(service)) as client:
-            text = (await client.read_resource("conductor://pools/masked")).contents[0].text
+    settings = Settings.from_env().with_pool_dirs_first(pool_dir)
+    async with Service.open(settings) as service, Client(build_server(service)) as client:
+        text = (await client.read_resource("conductor://pools/masked")).contents[0].text
     for secret in ("pa55word-in-url", "bob", "q-SECRETquery-123", "hdr-SECRET", "tok-SECRET", "frag-SECRET"):
         assert secret not in text
     shown = json.loads(text)["conductor"]
