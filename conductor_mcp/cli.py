@@ -8,6 +8,7 @@ import json
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,9 +115,24 @@ def _runs_parser(sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
 
 
-async def _progress(event: Any) -> None:
-    total = f"/{event.total_steps}" if event.total_steps else ""
-    _say(f"[{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
+class _Progress:
+    """Progress lines on stderr, each with the seconds since the command started; remembers when the first
+    step's answer came, which a newcomer waits for."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.first_answer_s: float | None = None
+
+    async def __call__(self, event: Any) -> None:
+        elapsed = time.monotonic() - self.started
+        if self.first_answer_s is None and event.kind == "step_finished" and event.step.status == "done":
+            self.first_answer_s = elapsed
+        total = f"/{event.total_steps}" if event.total_steps else ""
+        _say(f"[{elapsed:5.1f}s] [{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
+
+    def summary(self) -> str:
+        first = f"first answer after {self.first_answer_s:.1f}s, " if self.first_answer_s is not None else ""
+        return f"conductor-mcp: {first}run ended after {time.monotonic() - self.started:.1f}s"
 
 
 def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
@@ -219,19 +235,26 @@ def _http_token(args: argparse.Namespace, settings: Settings) -> str | None:
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
+    from conductor_mcp.models.providers import close_clients
     from conductor_mcp.runs.render import to_markdown
     from conductor_mcp.service import Service
 
     task, context, metadata = _read_task(args)
     service = Service(settings)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
-    if args.command == "run":
-        budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
-        request = request.but(budget=budget, self_correct=args.self_correct)
-        result = await service.orchestrate(request, on_event=None if args.quiet else _progress)
-    else:
-        result = await service.plan(request)
+    progress = None if args.command != "run" or args.quiet else _Progress()
+    try:
+        if args.command == "run":
+            budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
+            request = request.but(budget=budget, self_correct=args.self_correct)
+            result = await service.orchestrate(request, on_event=progress)
+        else:
+            result = await service.plan(request)
+    finally:
+        await close_clients()
     _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
+    if progress:
+        _say(progress.summary(), file=sys.stderr)
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
