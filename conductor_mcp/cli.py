@@ -332,7 +332,25 @@ def _doctor(settings: Settings) -> int:
         _say(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
         for problem in diagnosis.problems:
             _say(f"{'':<12} - {problem}")
-    return _doctor_store(settings)
+    embedded_ok = _doctor_embedded(settings)
+    return _doctor_store(settings) if embedded_ok else EXIT_BAD_INPUT
+
+
+def _doctor_embedded(settings: Settings) -> bool:
+    """A one-token smoke test of the embedded model, where its runtime is installed: a server that crashes
+    (an illegal instruction, say) is reported with its diagnosis here, not at a user's first run."""
+    from conductor_mcp.errors import LocalModelError
+    from conductor_mcp.models import local
+
+    if not local.server_available():
+        return True  # the local pool's line above already says what to install
+    label = f"embedded model {local.DEFAULT_MODEL}:"
+    try:
+        _say(f"{label} {local.servers(settings.state_dir).smoke_test(local.DEFAULT_MODEL)}")
+    except LocalModelError as exc:
+        _say(f"{label} NOT USABLE: {exc}")
+        return False
+    return True
 
 
 def _doctor_store(settings: Settings) -> int:
