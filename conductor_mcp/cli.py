@@ -8,11 +8,11 @@ import json
 import re
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import __version__
+from conductor_mcp import __version__, hosts
+from conductor_mcp.cli_progress import RunClock
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     local_cmd.add_argument("action", choices=["up", "down", "status"])
     local_cmd.add_argument("--model", default="gemma3-270m", help="local model name (default gemma3-270m)")
 
+    hosts.add_parser(sub)
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
     return parser
@@ -115,24 +116,11 @@ def _runs_parser(sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
 
 
-class _Progress:
-    """Progress lines on stderr, each with the seconds since the command started; remembers when the first
-    step's answer came, which a newcomer waits for."""
+def _progress_printer(clock: RunClock) -> Any:
+    async def progress(event: Any) -> None:
+        _say(clock.line(event), file=sys.stderr, flush=True)
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.first_answer_s: float | None = None
-
-    async def __call__(self, event: Any) -> None:
-        elapsed = time.monotonic() - self.started
-        if self.first_answer_s is None and event.kind == "step_finished" and event.step.status == "done":
-            self.first_answer_s = elapsed
-        total = f"/{event.total_steps}" if event.total_steps else ""
-        _say(f"[{elapsed:5.1f}s] [{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
-
-    def summary(self) -> str:
-        first = f"first answer after {self.first_answer_s:.1f}s, " if self.first_answer_s is not None else ""
-        return f"conductor-mcp: {first}run ended after {time.monotonic() - self.started:.1f}s"
+    return progress
 
 
 def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
@@ -242,19 +230,19 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     task, context, metadata = _read_task(args)
     service = Service(settings)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
-    progress = None if args.command != "run" or args.quiet else _Progress()
+    clock = None if args.command != "run" or args.quiet else RunClock()
     try:
         if args.command == "run":
             budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
             request = request.but(budget=budget, self_correct=args.self_correct)
-            result = await service.orchestrate(request, on_event=progress)
+            result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
         else:
             result = await service.plan(request)
     finally:
         await close_clients()
     _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
-    if progress:
-        _say(progress.summary(), file=sys.stderr)
+    if clock:
+        _say(clock.summary(), file=sys.stderr)
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
@@ -337,20 +325,12 @@ def _doctor(settings: Settings) -> int:
 
 
 def _doctor_embedded(settings: Settings) -> bool:
-    """A one-token smoke test of the embedded model, where its runtime is installed: a server that crashes
-    (an illegal instruction, say) is reported with its diagnosis here, not at a user's first run."""
-    from conductor_mcp.errors import LocalModelError
     from conductor_mcp.models import local
 
-    if not local.server_available():
-        return True  # the local pool's line above already says what to install
-    label = f"embedded model {local.DEFAULT_MODEL}:"
-    try:
-        _say(f"{label} {local.servers(settings.state_dir).smoke_test(local.DEFAULT_MODEL)}")
-    except LocalModelError as exc:
-        _say(f"{label} NOT USABLE: {exc}")
-        return False
-    return True
+    usable, line = local.doctor_report(settings.state_dir)
+    if line:
+        _say(line)
+    return usable
 
 
 def _doctor_store(settings: Settings) -> int:
@@ -372,21 +352,9 @@ def _doctor_store(settings: Settings) -> int:
 
 
 def _local(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.models.local import servers
+    from conductor_mcp.models import local
 
-    registry = servers(settings.state_dir)
-    if args.action == "up":
-        running = registry.up(args.model)
-        _say(f"{args.model} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down")
-    elif args.action == "down":
-        _say(f"{args.model} stopped" if registry.down(args.model) else f"no resident {args.model} server was running")
-    else:
-        running = registry.resident(args.model)
-        _say(
-            f"{args.model} serving at {running.base_url} (pid {running.pid})"
-            if running
-            else f"{args.model}: not running"
-        )
+    _say(local.manage(args.action, args.model, settings.state_dir))
     return EXIT_OK
 
 
@@ -424,4 +392,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _doctor(settings)
     if args.command == "local":
         return _local(args, settings)
+    if args.command == "install":
+        for line in hosts.install(args, settings):
+            _say(line)
+        return EXIT_OK
     return _pools(args, settings)

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("pools", "service", "context_files"),
     ("learning", "doors"),
-    ("cli", "__main__"),
+    ("cli", "__main__", "cli_progress", "hosts", "host_config"),
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60

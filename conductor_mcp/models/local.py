@@ -263,6 +263,30 @@ class LocalServers:
         self._managed.clear()
 
 
+def manage(action: str, name: str, state_dir: Path) -> str:
+    """`conductor-mcp local up|down|status`: what was done, in one line."""
+    registry = servers(state_dir)
+    if action == "up":
+        running = registry.up(name)
+        return f"{name} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down"
+    if action == "down":
+        return f"{name} stopped" if registry.down(name) else f"no resident {name} server was running"
+    running = registry.resident(name)
+    return f"{name} serving at {running.base_url} (pid {running.pid})" if running else f"{name}: not running"
+
+
+def doctor_report(state_dir: Path) -> tuple[bool, str | None]:
+    """`doctor`'s line on the embedded model: a one-token smoke test, or its diagnosis (None where the runtime
+    is not installed: the local pool's line says what to install)."""
+    if not server_available():
+        return True, None
+    label = f"embedded model {DEFAULT_MODEL}:"
+    try:
+        return True, f"{label} {servers(state_dir).smoke_test(DEFAULT_MODEL)}"
+    except LocalModelError as exc:
+        return False, f"{label} NOT USABLE: {exc}"
+
+
 _registries: dict[Path, LocalServers] = {}
 
 
