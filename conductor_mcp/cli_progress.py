@@ -4,8 +4,10 @@ the first step's answer came (what a newcomer waits for) and when the run ended.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from conductor_mcp.core.events import ProgressEvent
+if TYPE_CHECKING:
+    from conductor_mcp.core.events import ProgressEvent
 
 
 class RunClock:

@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import host_config
 from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.errors import RequestError
-from conductor_mcp.pools import default_pool, load_pool, resolve_pool_path
 
 HOSTS = ("claude-code", "claude-desktop", "codex", "cursor", "vscode")
 TOOL_TIMEOUT_S = 600  # a tool answers within its wait_seconds (45 s unless the calling model asks for more)
@@ -167,6 +165,8 @@ def plan(host: str, registration: Registration, path: Path) -> Plan:
 def registration(args: argparse.Namespace, settings: Settings) -> Registration:
     """What `install` registers: this install's server with the pool asked for (or the default pool), and the
     names of the variables its models read their keys from."""
+    from conductor_mcp.pools import default_pool, load_pool, resolve_pool_path  # not at import: the CLI's parser
+
     directories = list(settings.pool_dirs)
     name = args.pool or settings.pool or default_pool(directories)
     pool = load_pool(name, directories)  # an unknown or broken pool fails here, before any file is touched
@@ -190,6 +190,8 @@ def _describe(entry: dict[str, Any]) -> str:
 def install(args: argparse.Namespace, settings: Settings) -> list[str]:
     """Write (or with --dry-run, show) the host's entry; the lines to print. Refuses to replace an entry of the
     same name that differs unless --force."""
+    from conductor_mcp import host_config
+
     reg = registration(args, settings)
     project = args.project.absolute() if args.project is not None else None
     path = args.config or config_path(args.host, project, Path.home())
