@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import re
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import __version__
+from conductor_mcp import __version__, hosts
+from conductor_mcp.cli_output import say as _say
+from conductor_mcp.cli_progress import RunClock
+from conductor_mcp.cli_serve import serve, view
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
-from conductor_mcp.runtime import prefer_bundled_price_map, run_async, settle_collector
+from conductor_mcp.runtime import prefer_bundled_price_map, run_async
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """Untrusted text (tasks, model output, pool files) made harmless for a terminal: control characters such as
-    ESC are shown as escapes, not obeyed. Newlines and tabs stay."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-
-
-def _say(*parts: object, file: Any = None, end: str = "\n", flush: bool = False) -> None:
-    """Everything the CLI writes goes through here (stdout, or stderr for progress and errors)."""
-    print(terminal_safe(" ".join(str(part) for part in parts)), file=file or sys.stdout, end=end, flush=flush)
 
 
 _ALLOWED_HOST_HELP = (
@@ -93,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     local_cmd.add_argument("action", choices=["up", "down", "status"])
     local_cmd.add_argument("--model", default="gemma3-270m", help="local model name (default gemma3-270m)")
 
+    hosts.add_parser(sub)
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
     return parser
@@ -114,9 +103,11 @@ def _runs_parser(sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
 
 
-async def _progress(event: Any) -> None:
-    total = f"/{event.total_steps}" if event.total_steps else ""
-    _say(f"[{event.finished_steps}{total}] {event.message}", file=sys.stderr, flush=True)
+def _progress_printer(clock: RunClock) -> Any:
+    async def progress(event: Any) -> None:
+        _say(clock.line(event), file=sys.stderr, flush=True)
+
+    return progress
 
 
 def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any]]:
@@ -133,108 +124,29 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
     return task, context, metadata
 
 
-async def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.service import Service
-
-    if args.http:
-        from conductor_mcp.doors.http import base_url, serve_http
-        from conductor_mcp.doors.viewer import ViewerAuth
-
-        token = _http_token(args, settings)
-        viewer = ViewerAuth(token)
-        login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
-        _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
-        async with Service.open(settings) as service:
-            settle_collector()
-            await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
-    else:
-        from conductor_mcp.doors.mcp import serve_stdio
-
-        async with Service.open(settings) as service:
-            settle_collector()
-            await serve_stdio(service)
-    return EXIT_OK
-
-
-async def _view(args: argparse.Namespace, settings: Settings) -> int:
-    """The viewer alone, on loopback, for hosts that run the server over stdio: a token made for this process
-    only, and a one-time login URL printed (and opened where a browser is available)."""
-    import secrets
-    import webbrowser
-    from urllib.parse import quote
-
-    from conductor_mcp.doors.http import base_url, serve_viewer
-    from conductor_mcp.doors.viewer import ViewerAuth
-    from conductor_mcp.reader import RunReader
-
-    token = secrets.token_urlsafe(32)
-    viewer = ViewerAuth(token)
-    target = f"/ui/runs/{quote(args.run_id, safe='')}" if args.run_id else "/ui/"
-
-    def announce(port: int) -> None:
-        url = f"{base_url('127.0.0.1', port)}/ui/login?code={viewer.mint()}&next={quote(target, safe='')}"
-        _say(f"conductor-mcp: run viewer (read only) at {url}\n  a one-time link; Ctrl-C stops the viewer", flush=True)
-        if not args.no_browser:
-            with contextlib.suppress(webbrowser.Error):
-                webbrowser.open(url)
-
-    with RunReader.open(settings) as reader:
-        if args.run_id:
-            reader.get_run(args.run_id)  # an unknown run fails here, before anything is served
-        await serve_viewer(reader, "127.0.0.1", args.port or 0, token, viewer, announce)
-    return EXIT_OK
-
-
-def _http_token(args: argparse.Namespace, settings: Settings) -> str | None:
-    """The token HTTP clients must send: CONDUCTOR_HTTP_TOKEN, else one kept in the state directory; None with
-    --no-auth. Says on stderr where the token is and how to configure a client; never prints the token."""
-    from conductor_mcp.doors.http import base_url, is_loopback, stored_token
-
-    if args.no_auth:
-        if settings.http_token:
-            raise RequestError("--no-auth: CONDUCTOR_HTTP_TOKEN is set too; unset it, or drop --no-auth")
-        if not is_loopback(args.host):
-            raise RequestError(f"--no-auth: only a loopback --host may serve without a token, not {args.host!r}")
-        _say(
-            "conductor-mcp: WARNING: serving HTTP without a token (--no-auth): any account on this machine can "
-            "read every run (tasks, contexts, answers) and start runs that spend the pools' API keys",
-            file=sys.stderr,
-        )
-        return None
-    if settings.http_token:
-        _say("conductor-mcp: HTTP clients must send CONDUCTOR_HTTP_TOKEN as 'Authorization: Bearer'", file=sys.stderr)
-        return settings.http_token
-    token, made = stored_token(settings.http_token_file)
-    url = f"{base_url(args.host, args.port)}/mcp"
-    path = shlex.quote(str(settings.http_token_file))
-    headers = json.dumps({"Authorization": f"Bearer <the text of {settings.http_token_file}>"})
-    _say(
-        f"conductor-mcp: HTTP clients must send the bearer token {'just made in' if made else 'kept in'} {path} "
-        f"(readable by you only; delete it for a new one, or set CONDUCTOR_HTTP_TOKEN)\n"
-        f"  Claude Code: claude mcp add --transport http conductor {url} "
-        f'--header "Authorization: Bearer $(cat {path})"\n'
-        f'  JSON config: {{"type": "http", "url": "{url}", "headers": {headers}}}',
-        file=sys.stderr,
-    )
-    return token
-
-
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
+    from conductor_mcp.models.providers import close_clients
     from conductor_mcp.runs.render import to_markdown
     from conductor_mcp.service import Service
 
     task, context, metadata = _read_task(args)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
+    clock = None if args.command != "run" or args.quiet else RunClock()
     async with Service.open(settings) as service:
-        if args.command == "run":
-            budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
-            request = request.but(budget=budget, self_correct=args.self_correct)
-            result = await service.orchestrate(request, on_event=None if args.quiet else _progress)
-        else:
-            result = await service.plan(request)
+        try:
+            if args.command == "run":
+                budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
+                request = request.but(budget=budget, self_correct=args.self_correct)
+                result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
+            else:
+                result = await service.plan(request)
+        finally:
+            await close_clients()  # litellm's sessions, closed on their loop: the process ends next
     _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
+    if clock:
+        _say(clock.summary(), file=sys.stderr)
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
@@ -316,7 +228,17 @@ def _doctor(settings: Settings) -> int:
         _say(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
         for problem in diagnosis.problems:
             _say(f"{'':<12} - {problem}")
-    return _doctor_store(settings)
+    embedded_ok = _doctor_embedded(settings)
+    return _doctor_store(settings) if embedded_ok else EXIT_BAD_INPUT
+
+
+def _doctor_embedded(settings: Settings) -> bool:
+    from conductor_mcp.models import local
+
+    usable, line = local.doctor_report(settings.state_dir)
+    if line:
+        _say(line)
+    return usable
 
 
 def _doctor_store(settings: Settings) -> int:
@@ -338,21 +260,9 @@ def _doctor_store(settings: Settings) -> int:
 
 
 def _local(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.models.local import servers
+    from conductor_mcp.models import local
 
-    registry = servers(settings.state_dir)
-    if args.action == "up":
-        running = registry.up(args.model)
-        _say(f"{args.model} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down")
-    elif args.action == "down":
-        _say(f"{args.model} stopped" if registry.down(args.model) else f"no resident {args.model} server was running")
-    else:
-        running = registry.resident(args.model)
-        _say(
-            f"{args.model} serving at {running.base_url} (pid {running.pid})"
-            if running
-            else f"{args.model}: not running"
-        )
+    _say(local.manage(args.action, args.model, settings.state_dir))
     return EXIT_OK
 
 
@@ -383,9 +293,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in ("run", "plan"):
         return run_async(_run_or_plan(args, settings))
     if args.command == "serve":
-        return run_async(_serve(args, settings))
+        return run_async(serve(args, settings))
     if args.command == "view":
-        return run_async(_view(args, settings))
+        return run_async(view(args, settings))
     if args.command == "show":
         return _show(args, settings)
     if args.command == "runs":
@@ -394,4 +304,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _doctor(settings)
     if args.command == "local":
         return _local(args, settings)
+    if args.command == "install":
+        for line in hosts.install(args, settings):
+            _say(line)
+        return EXIT_OK
     return _pools(args, settings)

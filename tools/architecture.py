@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pools", "reader", "service", "context_files"),
     ("doors",),
     ("learning",),
-    ("cli", "__main__"),
+    ("cli", "__main__", "cli_output", "cli_progress", "cli_serve", "hosts", "host_config"),
 )
 # What core/ may not import: modules that do I/O, start work, keep time-dependent state, or read the environment.
 CORE_FORBIDDEN = frozenset(

@@ -1,8 +1,9 @@
-"""The embedded default model: Gemma 3 270M served by llama.cpp's OpenAI-compatible server on loopback.
+"""The embedded default model: Gemma 3 270M served by llama.cpp's own server (through xllamacpp) on loopback.
 
-A pool names it as `local/<name>`; the first call starts the server (a managed subprocess on a free port),
-later calls reuse it, and it stops when the process exits. `conductor-mcp local up` starts a resident one that
-outlives the command (its port and pid are kept in the state directory) and every later process reuses it.
+A pool names it as `local/<name>`; the first call starts the server (a managed child process on a free port,
+see local_runtime.py), later calls reuse it, and it stops when the process exits. `conductor-mcp local up`
+starts a resident one that outlives the command (its port and pid are kept in the state directory) and every
+later process reuses it. A server that dies is diagnosed (local_exit.py), never retried against blindly.
 The model is a small base model: a real answer path with no keys and no GPU, not a strong one.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -20,11 +22,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_mcp.errors import LocalModelError
 from conductor_mcp.logs import get_logger
+from conductor_mcp.models.local_exit import exit_diagnosis, gone_diagnosis, is_deterministic
 from conductor_mcp.runs.private import open_private, private_dir, write_private
 
 log = get_logger(__name__)
@@ -33,7 +37,9 @@ PREFIX = "local/"
 DEFAULT_MODEL = "gemma3-270m"
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'conductor-mcp[local]'"
 STARTUP_TIMEOUT_S = 90.0
+EXIT_WAIT_S = 3.0  # how long a server that stopped answering gets to finish dying before it is called alive
 CONTEXT_TOKENS = 4096
+RUNTIME_COMMAND = (sys.executable, "-m", "conductor_mcp.models.local_runtime")
 
 
 def is_local(model: str) -> bool:
@@ -52,11 +58,8 @@ def model_file(name: str) -> Path:
 
 
 def server_available() -> bool:
-    try:
-        import llama_cpp.server  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the embedded runtime (xllamacpp) is installed; found without loading its native library."""
+    return importlib.util.find_spec("xllamacpp") is not None
 
 
 def free_port() -> int:
@@ -74,6 +77,16 @@ def healthy(base_url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class Running:
     name: str
@@ -87,16 +100,25 @@ class Running:
 
 
 class LocalServers:
-    """Starts, finds and stops llama.cpp servers for local models."""
+    """Starts, finds, diagnoses and stops the servers of local models.
 
-    def __init__(self, state_dir: Path) -> None:
+    `runtime_command` is the program that serves a model (it gets --model, --alias, --port, --ctx and, for a
+    managed server, --parent-pid); tests replace it with one that misbehaves.
+    """
+
+    def __init__(self, state_dir: Path, runtime_command: Sequence[str] = RUNTIME_COMMAND) -> None:
         self.directory = state_dir / "local"
+        self.runtime_command = tuple(runtime_command)
         self._managed: dict[str, tuple[Running, subprocess.Popen[bytes]]] = {}
+        self._crashed: dict[str, str] = {}  # deaths a restart would repeat, by model: their diagnosis
         self._locks: dict[str, asyncio.Lock] = {}
         atexit.register(self.stop_managed)
 
     def _state_file(self, name: str) -> Path:
         return self.directory / f"{name}.json"
+
+    def log_file(self, name: str) -> Path:
+        return self.directory / f"{name}.log"
 
     def resident(self, name: str) -> Running | None:
         """A resident server started by `local up`, if it is still healthy."""
@@ -108,12 +130,20 @@ class LocalServers:
         return running if healthy(running.base_url) else None
 
     async def ensure(self, name: str) -> str:
-        """The base URL of a healthy server for `name`, starting a managed one if none runs."""
+        """The base URL of a healthy server for `name`, starting a managed one if none runs.
+
+        A managed server that died is started again, unless its death would repeat (an illegal instruction):
+        then the diagnosis is raised each time, so no caller keeps retrying a server that cannot run here.
+        """
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
+            if name in self._crashed:
+                raise LocalModelError(self._crashed[name])
             managed = self._managed.get(name)
             if managed and managed[1].poll() is None:
                 return managed[0].base_url
+            if managed:
+                log.warning("local_server_restarted", model=name, was=self._diagnose_exit(name, managed[1]))
             resident = await asyncio.to_thread(self.resident, name)
             if resident:
                 return resident.base_url
@@ -121,19 +151,49 @@ class LocalServers:
             self._managed[name] = (running, process)
             return running.base_url
 
+    async def death(self, name: str) -> str | None:
+        """Why the server for `name` stopped answering, if it is dead; None while it lives.
+
+        Called after a failed call: a server that answers is alive (the fault was elsewhere); one that does not
+        gets EXIT_WAIT_S to finish dying, since the connection can drop before the kernel reaps the process.
+        """
+        return await asyncio.to_thread(self._death, name)
+
+    def _death(self, name: str) -> str | None:
+        managed = self._managed.get(name)
+        if managed is not None:
+            running, process = managed
+            if process.poll() is None and healthy(running.base_url, timeout_s=1.0):
+                return None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=EXIT_WAIT_S)
+            return self._diagnose_exit(name, process) if process.poll() is not None else None
+        try:
+            pid = int(json.loads(self._state_file(name).read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+        return None if _alive(pid) else gone_diagnosis(name, pid, self.log_file(name))
+
+    def _diagnose_exit(self, name: str, process: subprocess.Popen[bytes]) -> str:
+        diagnosis = exit_diagnosis(name, process.returncode, self.log_file(name))
+        if is_deterministic(process.returncode):
+            self._crashed[name] = diagnosis
+        log.error("local_server_died", model=name, returncode=process.returncode, diagnosis=diagnosis)
+        return diagnosis
+
+    def _command(self, name: str, port: int, resident: bool) -> list[str]:
+        if self.runtime_command == RUNTIME_COMMAND and not server_available():
+            raise LocalModelError(f"the embedded runtime (xllamacpp) is not installed; {LOCAL_EXTRA_HINT}")
+        options = {"--model": str(model_file(name)), "--alias": name, "--port": str(port), "--ctx": str(CONTEXT_TOKENS)}
+        command = [*self.runtime_command, *(part for option in options.items() for part in option)]
+        return command if resident else [*command, "--parent-pid", str(os.getpid())]
+
     def _spawn(self, name: str, resident: bool) -> tuple[Running, subprocess.Popen[bytes]]:
-        if not server_available():
-            raise LocalModelError(f"llama.cpp's server is not installed; {LOCAL_EXTRA_HINT}")
-        path = model_file(name)
         private_dir(self.directory.parent)
         private_dir(self.directory)
         port = free_port()
-        log_path = self.directory / f"{name}.log"
-        command = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS), "--model_alias", name,
-        ]  # fmt: skip
-        with open_private(log_path, "a") as log_file:
+        command = self._command(name, port, resident)
+        with open_private(self.log_file(name), "a") as log_file:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=resident
             )
@@ -141,10 +201,10 @@ class LocalServers:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not healthy(running.base_url, timeout_s=1.0):
             if process.poll() is not None:
-                raise LocalModelError(f"the local {name} server exited with code {process.returncode}: "
-                                      f"{_tail(log_path)}")  # fmt: skip
+                raise LocalModelError(self._diagnose_exit(name, process))
             if time.monotonic() > deadline:
                 process.kill()
+                process.wait()
                 raise LocalModelError(f"the local {name} server did not answer within {STARTUP_TIMEOUT_S:.0f}s")
             time.sleep(0.2)
         log.info("local_server_started", model=name, port=port, pid=process.pid, resident=resident)
@@ -158,6 +218,29 @@ class LocalServers:
         running, _ = self._spawn(name, resident=True)
         write_private(self._state_file(name), json.dumps({"port": running.port, "pid": running.pid}))
         return running
+
+    def smoke_test(self, name: str) -> str:
+        """Ask the model for one token (starting a managed server if no resident one runs): what `doctor` says
+        about the embedded model. A server that cannot start or dies on the way raises its diagnosis."""
+        started = time.perf_counter()
+        running = self.resident(name)
+        if running is None:
+            running, process = self._spawn(name, resident=False)
+            self._managed[name] = (running, process)
+        ready = time.perf_counter() - started
+        body = {"model": name, "prompt": "Question: What is 1 + 1?\nAnswer:", "max_tokens": 1, "temperature": 0}
+        request = urllib.request.Request(
+            f"{running.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=STARTUP_TIMEOUT_S) as response:
+                tokens = json.load(response)["usage"]["completion_tokens"]
+        except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+            raise LocalModelError(
+                self._death(name) or f"the {name} server failed a one-token completion: {exc}"
+            ) from None
+        answered = time.perf_counter() - started - ready
+        return f"answered {tokens} token in {answered:.2f}s (server ready in {ready:.1f}s)"
 
     def down(self, name: str) -> bool:
         """Stop the resident server; False if none was running."""
@@ -180,11 +263,28 @@ class LocalServers:
         self._managed.clear()
 
 
-def _tail(path: Path, lines: int = 5) -> str:
+def manage(action: str, name: str, state_dir: Path) -> str:
+    """`conductor-mcp local up|down|status`: what was done, in one line."""
+    registry = servers(state_dir)
+    if action == "up":
+        running = registry.up(name)
+        return f"{name} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down"
+    if action == "down":
+        return f"{name} stopped" if registry.down(name) else f"no resident {name} server was running"
+    running = registry.resident(name)
+    return f"{name} serving at {running.base_url} (pid {running.pid})" if running else f"{name}: not running"
+
+
+def doctor_report(state_dir: Path) -> tuple[bool, str | None]:
+    """`doctor`'s line on the embedded model: a one-token smoke test, or its diagnosis (None where the runtime
+    is not installed: the local pool's line says what to install)."""
+    if not server_available():
+        return True, None
+    label = f"embedded model {DEFAULT_MODEL}:"
     try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+        return True, f"{label} {servers(state_dir).smoke_test(DEFAULT_MODEL)}"
+    except LocalModelError as exc:
+        return False, f"{label} NOT USABLE: {exc}"
 
 
 _registries: dict[Path, LocalServers] = {}

@@ -27,6 +27,7 @@ from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.models import local, sim
+from conductor_mcp.models.completion import completion_prompt, completion_stops, end_of_answer
 
 log = get_logger(__name__)
 
@@ -93,27 +94,6 @@ def call_arguments(
         request["metadata"] = {sim.SIM_CALL: sim_call}  # a fresh dict: litellm writes into the one it is given
     request.update({k: v for k, v in extra.items() if v is not None})
     return request
-
-
-_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.MULTILINE)
-
-
-def completion_prompt(messages: list[dict[str, Any]]) -> str:
-    """Chat messages as one Question/Answer prompt, the form a base model continues sensibly.
-
-    Markdown headings become plain "Heading:" lines: after "# ..." lines a small base model tends to answer
-    with nothing or with more headings.
-    """
-    parts = []
-    for message in messages:
-        content = _HEADING.sub(r"\1:", str(message.get("content") or "").strip())
-        if message.get("role") == "system":
-            parts.append(f"{content}\n")
-        elif message.get("role") == "assistant":
-            parts.append(f" {content}\n")
-        else:
-            parts.append(f"Question: {content}\nAnswer:")
-    return "\n".join(parts)
 
 
 def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
@@ -195,7 +175,7 @@ def _completion(
     usage = getattr(response, "usage", None)
     return Completion(
         tool_calls=[] if spec.prompt_style == "completion" else _tool_calls(choice),
-        text=redact_values(text.strip() if spec.prompt_style == "completion" else text),
+        text=redact_values(end_of_answer(text) if spec.prompt_style == "completion" else text),
         finish_reason=choice.finish_reason,
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
@@ -278,6 +258,10 @@ class Providers:
         base_url = await self.local.ensure(name)
         return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url})
 
+    async def _local_death(self, spec: ModelSpec) -> str | None:
+        """Why a `local/<name>` model's server died, after a failed call to it; None for other models."""
+        return await self.local.death(spec.model.removeprefix(local.PREFIX)) if local.is_local(spec.model) else None
+
     async def _call_with_retries(
         self,
         spec: ModelSpec,
@@ -294,6 +278,7 @@ class Providers:
             raise ProviderError(f"{spec.model}: {exc}", attempts) from None
         if spec.prompt_style == "completion":
             request["prompt"] = completion_prompt(request.pop("messages"))
+            request["stop"] = completion_stops(request.get("stop"))
             request.pop("response_format", None)
             request.pop("tools", None)  # a base model continues text: it cannot call tools
         call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
@@ -305,6 +290,9 @@ class Providers:
                 answer = _answer(spec, response)  # a malformed 200 is a provider fault: retried, then a fallback
             except RETRYABLE as exc:
                 attempts.append(_failed(spec, label, exc, started))
+                if crash := await self._local_death(spec):  # a dead embedded server: say so, never retry it
+                    attempts[-1].error = crash
+                    raise ProviderError(f"{spec.model}: {crash}", attempts) from None
                 if attempt == spec.max_retries:
                     raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
                 delay = _backoff(self.retry_base_s, attempt)
@@ -319,3 +307,11 @@ class Providers:
             attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
             return _completion(spec, response, answer, latency, attempts)
         raise AssertionError("unreachable")  # the loop either returns or raises
+
+
+async def close_clients() -> None:
+    """Close litellm's cached HTTP sessions on the event loop that opened them. Left to litellm's exit hook they
+    are collected after the loop has closed, and asyncio prints "Unclosed client session" on stderr."""
+    from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+    await close_litellm_async_clients()

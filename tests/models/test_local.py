@@ -1,6 +1,6 @@
-"""The embedded default against the real thing: Gemma 3 270M served by llama.cpp on loopback.
+"""The embedded default against the real thing: Gemma 3 270M served by llama.cpp (xllamacpp) on loopback.
 
-Needs the `local` extra (CI installs it); skipped elsewhere when llama.cpp is not installed.
+Needs the `local` extra (CI installs it); skipped elsewhere when it is not installed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import jsonschema
@@ -18,8 +19,11 @@ from mcp import StdioServerParameters
 from mcp.client import Client
 
 from conductor_mcp.config import Settings, builtin_pool_dir
-from conductor_mcp.core.workflow import workflow_json_schema
+from conductor_mcp.core.prompts import worker_messages
+from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
 from conductor_mcp.models import local
+from conductor_mcp.models.completion import completion_prompt
+from conductor_mcp.models.providers import Providers
 from conductor_mcp.pools import load_pool
 from conductor_mcp.service import Service
 from tests.conftest import HttpServer, orchestrate, plan
@@ -35,7 +39,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def shared_state(tmp_path_factory: pytest.TempPathFactory):
-    """One resident llama.cpp server for the module; every test and subprocess finds it in this state dir."""
+    """One resident model server for the module; every test and subprocess finds it in this state dir."""
     state = tmp_path_factory.mktemp("local-state")
     registry = local.LocalServers(state)
     running = registry.up(local.DEFAULT_MODEL)
@@ -99,7 +103,36 @@ async def test_mcp_server_over_stdio_on_the_local_pool(state: Path) -> None:
     assert result.structured_content["status"] == "done" and result.structured_content["pool"] == "local"
 
 
+def _raw_completion(base_url: str, prompt: str) -> str:
+    """What the model writes for a prompt with no stop sequence: how far a base model goes past its answer."""
+    body = {"model": local.DEFAULT_MODEL, "prompt": prompt, "max_tokens": 96, "temperature": 0.0}
+    request = urllib.request.Request(
+        f"{base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)["choices"][0]["text"]
+
+
+async def test_a_base_models_answer_ends_where_the_answer_ends(state: Path, shared_state) -> None:
+    """Left alone the model answers, then writes the next question or the next step ("Step 1: answer:") until
+    max_tokens; a completion-style worker gets the sentence and nothing else, alone and after a seen step."""
+    answerer = load_pool("local", [builtin_pool_dir()]).get("answerer")
+    answerer = answerer.model_copy(update={"params": {**answerer.params, "temperature": 0.0}})
+    workflow = Workflow(steps=[
+        Step(worker="answerer", instruction="Answer the question and state the final answer.", access=[]),
+        Step(worker="answerer", instruction="Check the answer above and state the final answer.", access=[0]),
+    ])  # fmt: skip
+    providers = Providers(Settings.from_env())
+    for index, outputs in ((0, {}), (1, {0: "The capital of France is Paris."})):
+        messages = worker_messages("What is the capital of France?", None, workflow, index, outputs)
+        raw = _raw_completion(shared_state[1].base_url, completion_prompt(messages)).strip()
+        answer = (await providers.complete(answerer, messages)).text
+        assert "Paris" in answer and "\n" not in answer and len(answer) < 80, answer
+        assert raw.startswith(answer) and len(raw) > 3 * len(answer), raw  # the model itself did not stop there
+
+
 def test_cli_default_needs_no_keys(state: Path) -> None:
+    """README command 1 on a machine with no keys: the local pool, one step, the sentence and the time it took."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "CONDUCTOR_POOL"}
     result = subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "run", "--json", "What is the capital of France?"],
@@ -110,8 +143,18 @@ def test_cli_default_needs_no_keys(state: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     run = json.loads(result.stdout)
-    assert run["pool"] == "local" and run["status"] == "done"
+    assert run["pool"] == "local" and run["status"] == "done" and len(run["steps"]) == 1
     assert run["totals"]["total_tokens"] > 0
+    assert "Paris" in run["answer"] and "\n" not in run["answer"], run["answer"]
+    assert "first answer after" in result.stderr and "Unclosed client session" not in result.stderr
+
+
+def test_doctor_smoke_tests_the_embedded_model(state: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "conductor_mcp", "doctor"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    assert f"embedded model {local.DEFAULT_MODEL}: answered 1 token" in result.stdout
 
 
 def test_openai_door_on_the_local_pool(state: Path) -> None:

@@ -1,0 +1,206 @@
+"""`conductor-mcp install HOST`: the host's own config file, checked by the real Claude Code (`claude mcp list`
+starts our stdio server and reports it healthy; over HTTP it must send the token from the environment) and the
+real Codex CLI (`codex mcp get`), and by reading what was written for Claude Desktop, Cursor and VS Code.
+Every HOME here is a temporary directory; nothing touches the real one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor_mcp.hosts import TOOL_TIMEOUT_S, server_command
+from tests.conftest import HttpServer
+
+CLAUDE = os.environ.get("CONDUCTOR_CLAUDE_BIN") or shutil.which("claude")
+CODEX = os.environ.get("CONDUCTOR_CODEX_BIN") or shutil.which("codex")
+SECRET = "sk-test-never-written-anywhere"
+TOKEN = "install-test-token"
+needs_claude = pytest.mark.skipif(CLAUDE is None and not os.environ.get("CI"), reason="Claude Code not installed")
+needs_codex = pytest.mark.skipif(CODEX is None and not os.environ.get("CI"), reason="Codex CLI not installed")
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A HOME outside /tmp (Codex treats /tmp specially), removed afterwards."""
+    cache = Path.home() / ".cache"
+    cache.mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="conductor-install-test-", dir=cache))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def host_env(home: Path, **extra: str) -> dict[str, str]:
+    hidden = ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "APPDATA")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
+    return {**env, "HOME": str(home), "OPENAI_API_KEY": SECRET, **extra}
+
+
+def install(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "conductor_mcp", "install", *args],
+        capture_output=True, text=True, env=host_env(home), cwd=cwd or home, timeout=120,
+    )  # fmt: skip
+
+
+def installed(home: Path, *args: str) -> str:
+    result = install(home, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def claude(home: Path, *args: str, **env: str) -> str:
+    assert CLAUDE, "CI must install Claude Code (see .ci/run)"
+    quiet = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    result = subprocess.run(
+        [CLAUDE, *args], capture_output=True, text=True, env=host_env(home, **quiet, **env), cwd=home,
+        stdin=subprocess.DEVNULL, timeout=180,
+    )  # fmt: skip
+    return result.stdout + result.stderr
+
+
+def entry(path: Path, table: str, name: str = "conductor") -> dict[str, Any]:
+    return json.loads(path.read_text())[table][name]
+
+
+@needs_claude
+@pytest.mark.slow
+@pytest.mark.external
+def test_claude_code_starts_the_installed_server_and_finds_it_healthy(home: Path) -> None:
+    out = installed(home, "claude-code", "--pool", "sim")
+    written = entry(home / ".claude.json", "mcpServers")
+    assert written["command"] == server_command()[0] and Path(written["command"]).is_absolute()
+    assert written["env"]["CONDUCTOR_POOL"] == "sim" and written["timeout"] == TOOL_TIMEOUT_S * 1000
+    assert "claude mcp list" in out
+    listing = claude(home, "mcp", "list")
+    assert "conductor:" in listing and "Connected" in listing, listing  # it ran our server's MCP handshake
+
+
+@needs_claude
+@pytest.mark.slow
+@pytest.mark.external
+def test_claude_code_reaches_the_http_form_with_the_token_from_its_environment(home: Path, tmp_path: Path) -> None:
+    server = HttpServer(tmp_path / "state", CONDUCTOR_HTTP_TOKEN=TOKEN)
+    try:
+        installed(home, "claude-code", "--http", "--url", server.url, "--name", "conductor-http")
+        written = entry(home / ".claude.json", "mcpServers", "conductor-http")
+        assert written == {"type": "http", "url": server.url, "timeout": TOOL_TIMEOUT_S * 1000,
+                           "headers": {"Authorization": "Bearer ${CONDUCTOR_HTTP_TOKEN}"}}  # fmt: skip
+        assert "Connected" in claude(home, "mcp", "list", CONDUCTOR_HTTP_TOKEN=TOKEN)
+        refused = claude(home, "mcp", "list", CONDUCTOR_HTTP_TOKEN="a-wrong-token")
+        assert "conductor-http:" in refused and "Connected" not in refused, refused  # the header really is sent
+    finally:
+        server.stop()
+
+
+@needs_codex
+@pytest.mark.slow
+@pytest.mark.external
+def test_codex_lists_the_installed_server_and_keeps_the_rest_of_its_config(home: Path) -> None:
+    assert CODEX, "CI must install Codex CLI (see .ci/run)"
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('# my settings\nmodel = "o3"  # keep me\n\n[mcp_servers.other]\ncommand = "other-server"\n')
+    installed(home, "codex", "--pool", "frontier")
+    installed(home, "codex", "--http", "--name", "conductor-http")
+    text = config.read_text()
+    assert text.startswith('# my settings\nmodel = "o3"  # keep me\n') and SECRET not in text
+    env = host_env(home, CODEX_HOME=str(config.parent))
+    listing = subprocess.run([CODEX, "mcp", "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert listing.returncode == 0 and "conductor" in listing.stdout and "other" in listing.stdout, listing.stderr
+    got = subprocess.run([CODEX, "mcp", "get", "conductor", "--json"], capture_output=True, text=True, env=env)
+    server = json.loads(got.stdout)
+    assert server["transport"]["command"] == server_command()[0] and server["transport"]["args"] == ["serve"]
+    assert server["transport"]["env"] == {"CONDUCTOR_POOL": "frontier"}
+    assert set(server["transport"]["env_vars"]) >= {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}  # names, not values
+    assert server["tool_timeout_sec"] == TOOL_TIMEOUT_S and server["startup_timeout_sec"] >= 30
+    got = subprocess.run([CODEX, "mcp", "get", "conductor-http", "--json"], capture_output=True, text=True, env=env)
+    assert json.loads(got.stdout)["transport"]["bearer_token_env_var"] == "CONDUCTOR_HTTP_TOKEN"
+    assert tomllib.loads(text)["mcp_servers"]["other"] == {"command": "other-server"}
+
+
+JSON_HOSTS = {  # host: (its file under HOME, the table of servers, how it names a variable)
+    "claude-desktop": (".config/Claude/claude_desktop_config.json", "mcpServers", None),
+    "cursor": (".cursor/mcp.json", "mcpServers", "${env:OPENAI_API_KEY}"),
+    "vscode": (".config/Code/User/mcp.json", "servers", "${env:OPENAI_API_KEY}"),
+}
+
+
+@pytest.mark.parametrize("host", sorted(JSON_HOSTS))
+def test_json_hosts_get_the_command_pool_and_key_names(home: Path, host: str) -> None:
+    relative, table, reference = JSON_HOSTS[host]
+    path = home / relative
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"theme": "dark", table: {"other": {"command": "other-server"}}}))
+    out = installed(home, host, "--pool", "frontier")
+    document = json.loads(path.read_text())
+    assert document["theme"] == "dark" and document[table]["other"] == {"command": "other-server"}
+    written = document[table]["conductor"]
+    assert written["command"] == server_command()[0] and written["args"] == ["serve"]
+    assert written["env"]["CONDUCTOR_POOL"] == "frontier" and SECRET not in path.read_text()
+    assert written["env"].get("OPENAI_API_KEY") == reference
+    if host == "claude-desktop":
+        assert "OPENAI_API_KEY" in out and "never writes key values" in out  # the user is told what to add
+    assert (written.get("type") == "stdio") is (host == "vscode")
+
+
+@pytest.mark.parametrize("host", ["cursor", "vscode", "claude-code"])
+def test_project_configs_go_in_the_project(home: Path, tmp_path: Path, host: str) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    installed(home, host, "--project", str(project))
+    relative = {"cursor": ".cursor/mcp.json", "vscode": ".vscode/mcp.json", "claude-code": ".mcp.json"}[host]
+    assert entry(project / relative, "servers" if host == "vscode" else "mcpServers")["env"]["CONDUCTOR_POOL"] == "sim"
+    assert not (home / relative).exists()
+    assert "no per-project" in install(home, "codex", "--project", str(project)).stderr
+
+
+def test_another_entry_is_kept_without_force(home: Path) -> None:
+    path = home / ".cursor" / "mcp.json"
+    installed(home, "cursor", "--pool", "sim")
+    before = path.read_text()
+    assert "as it would be written" in installed(home, "cursor", "--pool", "sim")  # the same again: nothing to do
+    refused = install(home, "cursor", "--pool", "frontier")
+    assert refused.returncode == 2 and "--force" in refused.stderr and "pool sim" in refused.stderr
+    assert path.read_text() == before
+    assert "replaced" in installed(home, "cursor", "--pool", "frontier", "--force")
+    assert entry(path, "mcpServers")["env"]["CONDUCTOR_POOL"] == "frontier"
+
+
+def test_dry_run_prints_the_entry_and_writes_nothing(home: Path) -> None:
+    out = installed(home, "vscode", "--dry-run")
+    assert f"would write to {home / '.config/Code/User/mcp.json'}" in out
+    printed = json.loads(out[out.index("{") : out.rindex("}") + 1])
+    assert printed["servers"]["conductor"]["command"] == server_command()[0]
+    assert not (home / ".config").exists()
+
+
+@pytest.mark.parametrize("host", ["cursor", "vscode"])
+def test_http_form_names_the_token_variable(home: Path, host: str) -> None:
+    installed(home, host, "--http", "--url", "http://127.0.0.1:9999/mcp")
+    path = home / JSON_HOSTS[host][0]
+    written = entry(path, JSON_HOSTS[host][1])
+    assert written["url"] == "http://127.0.0.1:9999/mcp" and "command" not in written
+    assert written["headers"] == {"Authorization": "Bearer ${env:CONDUCTOR_HTTP_TOKEN}"}
+    installed(home, host, "--http", "--no-auth", "--name", "open")
+    assert "headers" not in entry(path, JSON_HOSTS[host][1], "open")
+
+
+def test_what_cannot_be_written_is_refused_and_left_alone(home: Path) -> None:
+    assert "Connectors" in install(home, "claude-desktop", "--http").stderr
+    path = home / ".config" / "Code" / "User" / "mcp.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{\n  // my servers\n  "servers": {}\n}\n')  # VS Code allows comments; plain JSON does not
+    refused = install(home, "vscode")
+    assert refused.returncode == 2 and "comments?" in refused.stderr and "--dry-run" in refused.stderr
+    assert path.read_text().startswith("{\n  // my servers")
+    assert "unknown pool" in install(home, "cursor", "--pool", "no-such-pool").stderr
