@@ -26,15 +26,19 @@ pytestmark = [
 
 def inspect(tmp_path: Path, *args: str) -> dict:
     assert INSPECTOR, "CI must install the MCP Inspector (see .ci/run)"
-    env = {**os.environ, "CONDUCTOR_STATE_DIR": str(tmp_path), "CONDUCTOR_SIM_TIME_SCALE": "0.01"}
+    # The Inspector starts the server with its own small environment, not this one: what it needs goes by -e.
+    server_env = {"CONDUCTOR_STATE_DIR": str(tmp_path), "CONDUCTOR_SIM_TIME_SCALE": "0.01", "CONDUCTOR_POOL": "sim"}
+    given = [option for key, value in server_env.items() for option in ("-e", f"{key}={value}")]
+    env = {**os.environ, "MCP_CATALOG_PATH": str(tmp_path / "inspector-catalog.json")}  # not the user's
     result = subprocess.run(
-        [INSPECTOR, "--cli", sys.executable, "-m", "conductor_mcp", "serve", *args],
+        [INSPECTOR, "--cli", *given, sys.executable, "-m", "conductor_mcp", "serve", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "runs.sqlite3").exists()  # the server kept its runs where the test said
     return json.loads(result.stdout)
 
 
