@@ -17,9 +17,9 @@ from pathlib import Path
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "config", "runtime"),
-    ("logs",),
+    ("logs", "isolation"),
     ("core",),
-    ("models", "runs"),
+    ("models", "runs", "agents"),
     ("engine",),
     ("pools", "service", "context_files"),
     ("learning", "doors"),
