@@ -13,7 +13,10 @@
     ├── MalformedResponse          a provider answered 200 with no usable text (retried like a 5xx)
     ├── LocalModelError            the embedded local model cannot be served
     ├── StoreError                 the run store cannot be read or written
-    └── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
+    ├── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
+    ├── WorkspaceError             an agent's workspace cannot be made, read or kept within its budget
+    ├── AgentUnavailable           an agent worker cannot run here (its CLI is missing...): names why and the fix
+    └── AgentFailed                an agent ran and failed (exit status, deadline, unreadable output); keeps its record
 
 Errors outside this tree are bugs: doors log them and answer with a generic internal error.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from conductor_mcp.core.agent_records import AgentRecord
     from conductor_mcp.core.records import Attempt
 
 
@@ -87,3 +91,20 @@ class StoreError(ConductorError, RuntimeError):
 
 class SandboxUnavailable(ConductorError, RuntimeError):
     """Model-written code would have to run without isolation, and nobody opted in to that."""
+
+
+class WorkspaceError(ConductorError, RuntimeError):
+    """An agent's workspace cannot be made, read, or kept within the disk budget; the message names the directory."""
+
+
+class AgentUnavailable(ConductorError, RuntimeError):
+    """An agent worker cannot run on this machine (a missing CLI, a missing sandbox); the message names the fix."""
+
+
+class AgentFailed(ConductorError, RuntimeError):
+    """An agent ran and failed: a non-zero exit, its deadline, output that cannot be read. `record` keeps what it
+    did (command line, commands, stderr tail), so a failed step still has its provenance."""
+
+    def __init__(self, message: str, record: AgentRecord) -> None:
+        super().__init__(message)
+        self.record = record
