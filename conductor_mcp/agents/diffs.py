@@ -1,12 +1,13 @@
 """A workspace's change as people and models read it: a unified diff in which binary files are named (never
 dumped), cut at a line to a size with a marker that says how much was left out, and a list of changed files with
-their line counts."""
+their line counts. Known secret values are masked in it: an agent that read a key may have written it to a file."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
 from conductor_mcp.core.agent_records import FileChange, WorkspaceDiff
+from conductor_mcp.logs import redact_values
 
 if TYPE_CHECKING:
     from conductor_mcp.agents.git import Store
@@ -26,9 +27,10 @@ def bounded_diff(store: Store, old: str, new: str, max_bytes: int) -> WorkspaceD
         return WorkspaceDiff(text="")
     files = changed_files(store, old, new)
     full = store.diff(old, new, "-p")
-    text = full.decode("utf-8", errors="replace")
     if len(full) <= max_bytes:
-        return WorkspaceDiff(text=text, full_bytes=len(full), files=files)
+        return WorkspaceDiff(
+            text=redact_values(full.decode("utf-8", errors="replace")), full_bytes=len(full), files=files
+        )
     added, removed = sum(f.added or 0 for f in files), sum(f.removed or 0 for f in files)
     marker = (
         f"\n[diff truncated: the first {{shown}} of {len(full)} bytes are shown; {len(files)} files changed in all, "
@@ -38,7 +40,7 @@ def bounded_diff(store: Store, old: str, new: str, max_bytes: int) -> WorkspaceD
     cut = full[:room]
     if b"\n" in cut:
         cut = cut[: cut.rindex(b"\n") + 1]
-    shown = cut.decode("utf-8", errors="replace")
+    shown = redact_values(cut.decode("utf-8", errors="replace"))
     return WorkspaceDiff(text=shown + marker.format(shown=len(cut)), truncated=True, full_bytes=len(full), files=files)
 
 

@@ -27,7 +27,13 @@ from conductor_mcp.errors import WorkspaceError
 
 DIFF_MAX_BYTES = 256 * 1024
 PATCH_MAX_BYTES = 64 * 1024 * 1024
-WORKTREE_ENTRY = "meta/worktree-entry"  # the worktree's directory in the caller's .git, as git made it
+WORKTREE_ENTRY = "meta/worktree-entry"
+_WATCHED_GIT_DIRS = (
+    "",
+    "info",
+    "objects/info",
+    "hooks",
+)  # the worktree's directory in the caller's .git, as git made it
 
 
 @dataclass
@@ -68,6 +74,32 @@ class Workspace:
         if len(data) > max_bytes:
             raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
         return data
+
+    def git_dir_entries(self) -> set[str]:
+        """What the caller's .git holds where agents' sandboxes leave mount points (see `tidy_git_dir`)."""
+        if self.repo is None:
+            return set()
+        common = self.repo.common_dir
+        return {
+            str(entry.relative_to(common))
+            for folder in _WATCHED_GIT_DIRS
+            if (common / folder).is_dir()
+            for entry in (common / folder).iterdir()
+        }
+
+    def tidy_git_dir(self, before: set[str]) -> list[str]:
+        """Remove what appeared in the caller's .git since `before` and is empty: Claude Code's sandbox makes empty
+        files and directories there as mount points (so that nothing it runs can write git's config, hooks or
+        object store) and leaves them behind. Anything with content is left alone. Returns what it removed."""
+        if self.repo is None:
+            return []
+        removed = []
+        for name in sorted(self.git_dir_entries() - before):
+            path = self.repo.common_dir / name
+            if _holds_nothing(path):
+                remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                removed.append(name)
+        return removed
 
     def size_bytes(self) -> int:
         return tree_size(self.work)
@@ -199,6 +231,15 @@ def _special_files(directory: str, names: list[str]) -> set[str]:
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
             skipped.add(name)
     return skipped
+
+
+def _holds_nothing(path: Path) -> bool:
+    """An empty file, or a directory (not a link) with nothing in it but empty files and directories."""
+    if path.is_symlink():
+        return False
+    if path.is_file():
+        return path.stat().st_size == 0
+    return path.is_dir() and all(_holds_nothing(child) for child in path.iterdir())
 
 
 def tree_size(path: Path) -> int:

@@ -26,7 +26,7 @@ def caller_repo(path: Path) -> Path:
     (path / "README.md").write_text("# demo\n")
     (path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     (path / "old.txt").write_text("to be deleted\n")
-    (path / ".gitignore").write_text("*.log\nbuild/\n")
+    (path / ".gitignore").write_text("*.log\nbuild/\n__pycache__/\n")
     (path / "pkg").mkdir()
     (path / "pkg" / "core.py").write_text("VALUE = 1\n")
     git(path, "add", "-A")
@@ -64,6 +64,11 @@ def fingerprint(repo: Path) -> dict[str, object]:
         "status": git(repo, "status", "--porcelain=v1", "--untracked-files=all"),
         "stash": git(repo, "stash", "list"),
         "objects": sorted(str(p.relative_to(repo)) for p in (repo / ".git" / "objects").rglob("*")),
+        "git_dir": sorted(
+            str(p.relative_to(repo))
+            for p in (repo / ".git").rglob("*")
+            if p.relative_to(repo / ".git").parts[0] not in ("worktrees", "objects")
+        ),
     }
 
 
