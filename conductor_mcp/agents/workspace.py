@@ -24,6 +24,7 @@ from conductor_mcp.agents import git
 from conductor_mcp.agents.diffs import bounded_diff
 from conductor_mcp.core.agent_records import WorkspaceBase, WorkspaceDiff
 from conductor_mcp.errors import WorkspaceError
+from conductor_mcp.isolation import SANDBOX_UID
 
 DIFF_MAX_BYTES = 256 * 1024
 PATCH_MAX_BYTES = 64 * 1024 * 1024
@@ -47,6 +48,7 @@ class Workspace:
     repo: git.RepoInfo | None = None  # the caller's repository, for a worktree (its entry goes with it)
     worktree_entry: Path | None = None  # the worktree's directory inside the caller's .git/worktrees
     keep: bool = False
+    handed_to_sandbox: bool = False
 
     @property
     def id(self) -> str:
@@ -100,6 +102,17 @@ class Workspace:
                 remove_tree(path) if path.is_dir() else path.unlink(missing_ok=True)
                 removed.append(name)
         return removed
+
+    def hand_to_sandbox(self) -> None:
+        """Let the `run` tool's sandbox write the tree. Its processes are uid 65534 on the host when the server runs
+        as root, so for a root server the tree becomes theirs (once; links are not followed). The server still reads
+        it as root, and git reads it through the workspace's own store, never the tree's `.git`."""
+        if os.geteuid() != 0 or self.handed_to_sandbox:
+            return
+        for folder, dirs, files in os.walk(self.work):
+            for name in [folder, *(os.path.join(folder, entry) for entry in (*dirs, *files))]:
+                os.chown(name, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+        self.handed_to_sandbox = True
 
     def size_bytes(self) -> int:
         return tree_size(self.work)

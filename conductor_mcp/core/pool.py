@@ -89,7 +89,9 @@ class WorkerSpec(ModelSpec):
         description="what an agent, or a model's `run` tool, may do to its workspace: 'read-only' or "
         "'workspace-write' (never the caller's tree, which it does not see)",
     )
-    max_tool_turns: int = Field(default=12, ge=1, le=50, description="model turns of a tool-using worker")
+    max_tool_turns: int = Field(
+        default=12, ge=2, le=50, description="model calls of a tool-using worker; the last one must answer"
+    )
 
     @model_validator(mode="before")
     @classmethod
