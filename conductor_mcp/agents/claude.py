@@ -4,8 +4,12 @@ The worker's sandbox maps onto Claude Code's own: its Bash tool always runs insi
 (bubblewrap and socat on Linux; `failIfUnavailable`, so a machine without them fails at start instead of running
 commands unconfined), which lets commands write only in the workspace. `read-only` also denies writes to the
 workspace and offers no editing tools (Bash, Read, Grep, Glob); `workspace-write` adds Edit and Write and accepts
-edits. Permission prompts have nobody to answer them, so anything that would ask is denied. No session is kept,
-and the commands it runs do not see its API key (CLAUDE_CODE_SUBPROCESS_ENV_SCRUB).
+edits. Permission prompts have nobody to answer them, so anything that would ask is denied. No session is kept.
+
+The commands it runs see its environment, API key included. CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1 would hide the
+key, but in 2.1.332 it swaps the sandbox for one under which a command wrote outside the workspace, and it leaves
+empty mount points (.env, package.json, ...) in the workspace: checked here, so it stays off. The record masks the
+key wherever it shows (the answer, command output, the diff).
 
 Its output is `--output-format stream-json --verbose`: the `system` line says whether the sandbox is on, assistant
 turns carry `tool_use` blocks (a Bash command) and the next user turn its `tool_result` ("Exit code N" when it
@@ -65,7 +69,6 @@ class Claude(AgentAdapter):
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB": "1",
         }
 
     def problems(self, spec: AgentSpec, sandbox: SandboxMode, path: str) -> list[str]:

@@ -43,7 +43,7 @@ async def test_claude_code_changes_its_workspace_and_the_run_is_recorded(repo: P
     assert "--permission-mode acceptEdits" in record.command_line and KEY_VALUE not in record.command_line
     assert [f.path for f in diff.files] == ["mul.py"] and not OUTSIDE.exists()  # its sandbox kept it in the workspace
     assert "visible-canary" not in environment and f"HOME={workspace.home}" in environment
-    assert KEY_VALUE not in environment  # its commands do not see its key
+    assert KEY_VALUE in environment and KEY_VALUE not in (record.commands[0].output_tail or "")  # seen, not kept
     assert fingerprint(repo) == before
 
 
