@@ -53,6 +53,19 @@ def test_problems_name_missing_keys_and_dead_endpoints() -> None:
     assert problems(load_pool("sim", BUILTIN), check_endpoints=True) == []
 
 
+def test_a_pool_with_agents_is_never_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0000000000")  # every key the agents pool's models name
+    assert not load_pool("agents", BUILTIN).missing_keys()
+    assert default_pool(BUILTIN) == "local"
+
+
+def test_problems_name_the_agent_workers_that_cannot_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # neither CLI can be found, nor bubblewrap
+    found = problems(load_pool("agents", BUILTIN), check_endpoints=False)
+    assert "worker 'codex': the codex agent's program 'codex' is not on PATH" in found
+    assert "worker 'claude-code': the claude agent's program 'claude' is not on PATH" in found
+
+
 def test_diagnose_covers_every_pool() -> None:
     results = {d.name: d for d in diagnose(BUILTIN)}
     assert results["sim"].usable and not results["frontier"].usable
