@@ -24,6 +24,7 @@ from types import TracebackType
 
 from conductor_mcp.agents import workspace as ws
 from conductor_mcp.agents.workspace import WORKTREE_ENTRY, Workspace, remove_tree, tree_size
+from conductor_mcp.core.agent_records import WorkspaceDiff
 from conductor_mcp.errors import WorkspaceError
 from conductor_mcp.logs import get_logger
 
@@ -161,6 +162,14 @@ class RunWorkspaces:
     async def derive(self, parent: Workspace) -> Workspace:
         """A workspace that starts from `parent`'s result (a second agent building on the first one's work)."""
         return self._add(await self.owner.make(lambda d, i, left: ws.derive(d, parent, i, left)))
+
+    async def diff(self, workspace: Workspace, max_bytes: int = ws.DIFF_MAX_BYTES) -> WorkspaceDiff:
+        """The workspace's change since its base, bounded (git runs in a thread)."""
+        return await asyncio.to_thread(workspace.diff, max_bytes)
+
+    async def patch(self, workspace: Workspace) -> bytes:
+        """The whole change as a patch `git apply` takes, binary files included (for `apply`)."""
+        return await asyncio.to_thread(workspace.patch)
 
     def _add(self, workspace: Workspace) -> Workspace:
         workspace.keep = self.keep

@@ -32,7 +32,7 @@ async def test_a_reviewer_sees_the_agents_diff_and_builds_on_its_result(
     async with owner.run("two-steps") as scope:
         first = await scope.create(repo)
         record = await run_agent(writer, "sim-agent write feature.py: print(6 * 7)", first)
-        diff = first.diff()
+        diff = await scope.diff(first)
         second = await scope.derive(first)
         with ScriptedServer(script) as server:
             spec = ModelSpec(model="hosted_vllm/reviewer", api_base=f"{server.base_url}/v1", max_retries=0)
