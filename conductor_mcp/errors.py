@@ -15,7 +15,10 @@
     ├── LocalModelError            the embedded local model cannot be served
     ├── StoreError                 the run store cannot be read or written
     ├── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
-    └── DatasetError               a dataset file or row that cannot be used (names the file, row and field)
+    ├── DatasetError               a dataset file or row that cannot be used (names the file, row and field)
+    ├── WorkspaceError             an agent's workspace cannot be made, read or kept within its budget
+    ├── AgentUnavailable           an agent worker cannot run here (its CLI is missing...): names why and the fix
+    └── AgentFailed                an agent ran and failed (exit status, deadline, unreadable output); keeps its record
 
 Errors outside this tree are bugs: doors log them and answer with a generic internal error.
 """
@@ -97,3 +100,21 @@ class SandboxUnavailable(ConductorError, RuntimeError):
 
 class DatasetError(ConductorError, ValueError):
     """A dataset (evaluation or training) that cannot be used; the message names the file, the row and the field."""
+
+
+class WorkspaceError(ConductorError, RuntimeError):
+    """An agent's workspace cannot be made, read, or kept within the disk budget; the message names the directory."""
+
+
+class AgentUnavailable(ConductorError, RuntimeError):
+    """An agent worker cannot run on this machine (a missing CLI, a missing sandbox); the message names the fix."""
+
+
+class AgentFailed(ConductorError, RuntimeError):
+    """An agent ran and failed: a non-zero exit, its deadline, output that cannot be read. `record` keeps what it
+    did (command line, commands, stderr tail), so a failed step still has its provenance."""
+
+    def __init__(self, message: str, record: Any) -> None:
+        """`record`: the step's AgentRecord (core/agent_records.py); errors.py imports nothing of the package."""
+        super().__init__(message)
+        self.record = record

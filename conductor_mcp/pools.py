@@ -2,7 +2,9 @@
 a door's model name stands for; and why a pool can or cannot run here (`doctor`).
 
 With no pool named, the default is the first pool (frontier first) whose models all need API keys that are
-present in the environment; with no such pool, the local pool, which needs no key and no GPU.
+present in the environment; with no such pool, the local pool, which needs no key and no GPU. A pool with agents or
+tool-using workers is never the default: they run programs over a copy of the caller's files, so it is chosen by
+name.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from conductor_mcp.agents.availability import unavailable_workers
 from conductor_mcp.config import environment_value
 from conductor_mcp.core.pool import Pool, parse_pool
 from conductor_mcp.errors import ModelNotFound, PoolError, RequestError
@@ -120,6 +123,7 @@ class Diagnosis:
 def problems(pool: Pool, check_endpoints: bool) -> list[str]:
     """Why the pool cannot run here (empty when it can, as far as can be told without calling a model)."""
     found = [f"environment variable {name} is not set" for name in missing_keys(pool)]
+    found += list(unavailable_workers(pool).values())
     if any(local.is_local(spec.model) for spec in pool.specs()):
         if not local.server_available():
             found.append(f"llama.cpp's server is not installed; {local.LOCAL_EXTRA_HINT}")
@@ -143,7 +147,7 @@ def default_pool(search_dirs: list[Path]) -> str:
             pool = load_pool(str(names[name]), [])
         except PoolError:
             continue
-        if pool.key_names() and not missing_keys(pool):
+        if pool.key_names() and not missing_keys(pool) and not any(w.needs_workspace() for w in pool.workers):
             return name
     return LOCAL_POOL
 

@@ -17,7 +17,7 @@ from mcp.client import Client
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.errors import PoolError
-from conductor_mcp.pools import PoolCatalog, default_pool, diagnose, load_pool, problems
+from conductor_mcp.pools import PoolCatalog, default_pool, diagnose, load_pool, missing_keys, problems
 from conductor_mcp.service import Service
 from tests.conftest import sim_pool_doc, write_pool
 
@@ -51,6 +51,19 @@ def test_problems_name_missing_keys_and_dead_endpoints() -> None:
     assert "environment variable OPENAI_API_KEY is not set" in found
     assert "no OpenAI-compatible server answers at http://127.0.0.1:8001/v1" in found
     assert problems(load_pool("sim", BUILTIN), check_endpoints=True) == []
+
+
+def test_a_pool_with_agents_is_never_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0000000000")  # every key the agents pool's models name
+    assert not missing_keys(load_pool("agents", BUILTIN))
+    assert default_pool(BUILTIN) == "local"
+
+
+def test_problems_name_the_agent_workers_that_cannot_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # neither CLI can be found, nor bubblewrap
+    found = problems(load_pool("agents", BUILTIN), check_endpoints=False)
+    assert "worker 'codex': the codex agent's program 'codex' is not on PATH" in found
+    assert "worker 'claude-code': the claude agent's program 'claude' is not on PATH" in found
 
 
 def test_diagnose_covers_every_pool() -> None:

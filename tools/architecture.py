@@ -20,9 +20,9 @@ from pathlib import Path
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "config", "runtime"),
-    ("logs", "lifetimes"),
+    ("logs", "lifetimes", "isolation"),
     ("core",),
-    ("models", "runs"),
+    ("models", "runs", "agents"),
     ("engine",),
     ("pools", "reader", "service", "context_files"),
     ("doors",),

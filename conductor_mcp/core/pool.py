@@ -1,8 +1,9 @@
 """Pools: the workers a Conductor may call, and the Conductor itself, loaded from YAML files.
 
 Every model is reached through litellm, so a worker is a litellm model string plus what the call needs
-(api base, the *name* of the env var holding its key, generation params, prices, fallbacks). The pool file
-is validated as a whole, and errors name the file, the worker and the field.
+(api base, the *name* of the env var holding its key, generation params, prices, fallbacks). A worker may instead
+be an agent CLI (`agent:`, run in its own workspace by conductor_mcp/agents/), or a model given workspace tools
+(`tools:`). The pool file is validated as a whole, and errors name the file, the worker and the field.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import hashlib
 import json
 import random
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from conductor_mcp.core.agent_spec import AGENT_TIMEOUT_S, AgentCli, AgentSpec, SandboxMode, WorkspaceTool
 from conductor_mcp.core.limits import MAX_STEPS
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import PoolError
@@ -67,10 +69,70 @@ class ModelSpec(BaseModel):
         return value
 
 
+# Fields of a model worker that mean nothing for an agent worker (its CLI reaches its own model).
+_WORKSPACE_FIELDS = ("agent", "tools", "sandbox", "max_tool_turns")  # added after pools were digested
+_MODEL_ONLY = ("api_base", "api_key_env", "api_key_file", "params", "prompt_style", "max_retries", "max_concurrency")
+
+
 class WorkerSpec(ModelSpec):
     id: str = Field(description="stable id used in pool files, transcripts and (when not anonymised) prompts")
     description: str = Field(min_length=1, description="strengths, shown to the conductor")
     fallbacks: list[str] = Field(default_factory=list, description="ids of workers to try when this one fails")
+    agent: AgentSpec | None = Field(
+        default=None, description="an agent CLI run in its own workspace instead of one model call"
+    )
+    tools: list[WorkspaceTool] = Field(
+        default_factory=list, description="workspace tools offered to a tool-capable model: read, search, run"
+    )
+    sandbox: SandboxMode = Field(
+        default="read-only",
+        description="what an agent, or a model's `run` tool, may do to its workspace: 'read-only' or "
+        "'workspace-write' (never the caller's tree, which it does not see)",
+    )
+    max_tool_turns: int = Field(
+        default=12, ge=2, le=50, description="model calls of a tool-using worker; the last one must answer"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_model(cls, data: Any) -> Any:
+        """An agent worker has no litellm model: its `model` names the CLI (transcripts show it), its deadline
+        defaults to an agent's."""
+        if not isinstance(data, dict) or data.get("agent") is None:
+            return data
+        if "model" in data:
+            raise ValueError(
+                "an agent worker runs a CLI, not a litellm model: remove 'model' "
+                "(agent.model is the model the CLI should use)"
+            )
+        agent = data["agent"]
+        cli = agent.get("cli") if isinstance(agent, dict) else None
+        model = f"agent/{cli if cli in get_args(AgentCli) else 'unknown'}"
+        return {**data, "model": model, "timeout_s": data.get("timeout_s", AGENT_TIMEOUT_S)}
+
+    @model_validator(mode="after")
+    def _workspace_fields(self) -> WorkerSpec:
+        given = self.model_fields_set
+        if self.agent is not None:
+            wrong = [name for name in (*_MODEL_ONLY, "tools", "max_tool_turns") if name in given]
+            if wrong:
+                raise ValueError(f"{wrong} do not apply to an agent worker: its CLI is configured under 'agent'")
+            return self
+        if len(set(self.tools)) != len(self.tools):
+            raise ValueError(f"tools: each tool once, got {self.tools}")
+        if self.tools and self.prompt_style == "completion":
+            raise ValueError(
+                "a completion-style (base) model cannot call tools: remove 'tools' or use prompt_style chat"
+            )
+        if "sandbox" in given and "run" not in self.tools:
+            raise ValueError("'sandbox' applies to agent workers and to the 'run' tool; this worker has neither")
+        if "max_tool_turns" in given and not self.tools:
+            raise ValueError("'max_tool_turns' applies to a worker with tools")
+        return self
+
+    def needs_workspace(self) -> bool:
+        """Whether each step of this worker runs in its own workspace (an agent, or a model with tools)."""
+        return self.agent is not None or bool(self.tools)
 
     @field_validator("id")
     @classmethod
@@ -175,19 +237,33 @@ class Pool(BaseModel):
         return sorted({spec.api_key_env for spec in self.specs() if spec.api_key_env})
 
     def digest(self) -> str:
-        """Identifies the pool's content, so a stored run says exactly which pool it ran on."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Identifies the pool's content, so a stored run says exactly which pool it ran on. The workspace fields
+        count only where a worker sets them: pools without agents keep the digests their runs and cards recorded."""
+        view = self.model_dump(mode="json")
+        for worker in view["workers"]:
+            for name in _WORKSPACE_FIELDS:
+                if worker[name] == WorkerSpec.model_fields[name].get_default(call_default_factory=True):
+                    del worker[name]
+        canonical = json.dumps(view, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def public_view(self) -> dict[str, Any]:
         """The pool as a client may see it: every model's `params` keep their names but hide their text (a header
-        value may be a credential), and `api_base` keeps scheme, host, port and path but hides credentials."""
+        value may be a credential), and `api_base` keeps scheme, host, port and path but hides credentials; an
+        agent's fixed environment values and extra arguments are hidden the same way."""
         view = self.model_dump(mode="json")
         for spec in (view["conductor"], *view["workers"]):
             spec["params"] = mask_values(spec["params"])
             if spec["api_base"]:
                 spec["api_base"] = mask_url(spec["api_base"])
+            if spec.get("agent"):
+                spec["agent"]["env"] = mask_values(spec["agent"]["env"])
+                spec["agent"]["args"] = mask_values(spec["agent"]["args"])
         return view
+
+    def agent_workers(self) -> list[WorkerSpec]:
+        """The workers that are agent CLIs."""
+        return [w for w in self.workers if w.agent is not None]
 
     def sample(self, k: int, seed: int) -> Pool:
         """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,75 @@ def test_public_view_masks_every_model_and_leaves_the_pool_alone(pool_dir: Path)
     assert view["workers"][0]["params"] == {"extra_headers": {"X-Api-Key": "***"}, "max_tokens": 10}
     assert pool.workers[0].params["extra_headers"] == {"X-Api-Key": "k-123"}  # the running pool keeps its values
     assert mask_values({"a": [1, "s", None, True]}) == {"a": [1, "***", None, True]}
+
+
+# ------------------------------------------------------------------------------ agents and tool-using workers
+
+
+def test_the_agents_pool_loads_with_agents_beside_model_workers() -> None:
+    pool = load_pool("agents", BUILTIN)
+    by_id = {w.id: w for w in pool.workers}
+    assert [w.id for w in pool.agent_workers()] == ["codex", "codex-investigator", "claude-code"]
+    codex, claude, reviewer = by_id["codex"], by_id["claude-code"], by_id["gpt-5-reviewer"]
+    assert codex.model == "agent/codex" and codex.agent and codex.agent.env_pass == ["OPENAI_API_KEY"]
+    assert (codex.sandbox, by_id["codex-investigator"].sandbox) == ("workspace-write", "read-only")
+    assert claude.model == "agent/claude" and claude.agent and claude.agent.model == "sonnet"
+    assert reviewer.tools == ["read", "search", "run"] and reviewer.agent is None and reviewer.needs_workspace()
+    assert not by_id["gpt-5"].needs_workspace()
+    view = pool.public_view()["workers"][0]["agent"]
+    assert view["args"] == ["***"] * 4 and view["env_pass"] == ["OPENAI_API_KEY"]  # names shown, values hidden
+
+
+def test_an_agent_worker_defaults_to_an_agents_deadline(pool_dir: Path) -> None:
+    doc = sim_pool_doc(name="agentdefaults")
+    doc["workers"].append({"id": "cmd", "description": "a program", "agent": {"cli": "command", "command": ["x"]}})
+    worker = load_pool(str(write_pool(pool_dir, doc)), []).get("cmd")
+    assert (worker.timeout_s, worker.sandbox, worker.model) == (900.0, "read-only", "agent/command")
+
+
+def test_pools_without_agents_keep_the_digests_their_runs_and_cards_recorded() -> None:
+    card = json.loads((Path(__file__).parents[2] / "tools/results/conductor-cpu-sim-structured/card.json").read_text())
+    assert load_pool("sim-structured", BUILTIN).digest() == card["pool_digest"]
+
+
+def _agent(**fields: object) -> dict[str, object]:
+    return {"id": "agentx", "description": "an agent", "agent": {"cli": "codex"}, **fields}
+
+
+@pytest.mark.parametrize(
+    ("worker", "message"),
+    [
+        (_agent(model="openai/gpt-5"), "an agent worker runs a CLI, not a litellm model: remove 'model'"),
+        (_agent(api_base="http://x/v1", params={"a": 1}), "['api_base', 'params'] do not apply to an agent worker"),
+        (_agent(tools=["read"]), "['tools'] do not apply to an agent worker"),
+        (_agent(agent={"cli": "gemini"}), "field 'agent.cli': Input should be 'codex', 'claude' or 'command'"),
+        (_agent(agent={"cli": "command"}), "a command agent needs 'command'"),
+        (_agent(agent={"cli": "command", "command": ["x"], "model": "m"}), "takes its program from 'command'"),
+        (_agent(agent={"cli": "codex", "command": ["x"]}), "'command' is for command agents"),
+        (_agent(agent={"cli": "codex", "env_pass": ["PATH"]}), "PATH is set by the server for every agent"),
+        (_agent(agent={"cli": "codex", "env_pass": ["NOT-A-NAME"]}), "'NOT-A-NAME' is not an environment variable"),
+        (_agent(agent={"cli": "codex", "env_pass": ["K"], "env": {"K": "v"}}), "both passed from the server"),
+        (_agent(agent={"cli": "codex", "colour": "red"}), "field 'agent.colour': Extra inputs are not permitted"),
+        (_agent(sandbox="anything-goes"), "field 'sandbox': Input should be 'read-only' or 'workspace-write'"),
+    ],
+)
+def test_agent_worker_errors_name_the_worker_and_what_is_wrong(pool_dir: Path, worker: dict, message: str) -> None:
+    name = f"bad{abs(hash(message)) % 10_000}"
+    found = _broken(pool_dir, name, lambda d: d["workers"].append(worker))
+    assert "worker 'agentx'" in found and message in found, found
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tools": ["read", "read"]}, "each tool once"),
+        ({"tools": ["write"]}, "field 'tools.0': Input should be 'read', 'search' or 'run'"),
+        ({"tools": ["read"], "prompt_style": "completion"}, "a completion-style (base) model cannot call tools"),
+        ({"tools": ["read"], "sandbox": "workspace-write"}, "'sandbox' applies to agent workers and to the 'run'"),
+        ({"max_tool_turns": 3}, "'max_tool_turns' applies to a worker with tools"),
+        ({"tools": ["run"], "max_tool_turns": 1}, "field 'max_tool_turns': Input should be greater than or equal to 2"),
+    ],
+)
+def test_tool_worker_errors_name_the_worker_and_what_is_wrong(pool_dir: Path, fields: dict, message: str) -> None:
+    found = _broken(pool_dir, f"tools{abs(hash(message)) % 10_000}", lambda d: d["workers"][0].update(fields))
+    assert "worker 'alpha'" in found and message in found, found

@@ -131,7 +131,7 @@ def test_the_sandbox_sees_nothing_of_the_host_and_reaches_nothing() -> None:
     assert report["status"] == {"CapPrm": "0" * 16, "CapEff": "0" * 16, "CapAmb": "0" * 16, "NoNewPrivs": "1"}
     assert set(report["env"]) <= {"LC_CTYPE", "PWD"}
     # /tmp is private and empty, bar the read-only interpreter when it lives under /tmp (a CI checkout there)
-    interpreter_in_tmp = sorted({Path(d).parts[2] for d in sandbox._interpreter_dirs() if d.startswith("/tmp/")})
+    interpreter_in_tmp = sorted({Path(d).parts[2] for d in sandbox.interpreter_dirs() if d.startswith("/tmp/")})
     assert not {"etc", "home", "var", "run"} & set(report["root"]) and report["tmp"] == interpreter_in_tmp
     assert report["cwd"] == "/sandbox" and report["files"] == ["data.txt", "main.py"]
     assert len(report["pids"]) <= 2  # bwrap's init and itself: no host process is visible

@@ -1,0 +1,176 @@
+"""Run an agent worker in its workspace, the same way whichever CLI it is, and say why one cannot run here.
+
+The agent's environment is PATH (the server's, to find its programs), a private HOME inside its workspace, LANG,
+the variables its pool entry passes (`env_pass`: their values are registered as secrets, so no log, record or
+transcript shows them) and fixed ones (`env`), and the few its adapter needs. Nothing else of the server's
+environment reaches it. Its record keeps the command line (secrets masked), the CLI's version, exit status,
+duration, the commands it ran, its tokens and cost, and, when it failed, its stderr's tail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from conductor_mcp.agents.adapter import AgentAdapter, Parsed, masked_command_line, private_dir, tail
+from conductor_mcp.agents.claude import Claude
+from conductor_mcp.agents.codex import Codex
+from conductor_mcp.agents.command import Command
+from conductor_mcp.agents.process import ProcessResult, run_process
+from conductor_mcp.agents.workspace import Workspace
+from conductor_mcp.config import environment_value
+from conductor_mcp.core.agent_records import AgentRecord
+from conductor_mcp.core.agent_spec import AgentSpec
+from conductor_mcp.core.pool import WorkerSpec
+from conductor_mcp.errors import AgentFailed, AgentUnavailable
+from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
+
+log = get_logger(__name__)
+
+ADAPTERS: dict[str, AgentAdapter] = {adapter.cli: adapter for adapter in (Codex(), Claude(), Command())}
+VERSION_TIMEOUT_S = 30.0
+_versions: dict[str, str | None] = {}
+
+
+def _agent(worker: WorkerSpec) -> tuple[AgentSpec, AgentAdapter]:
+    if worker.agent is None:
+        raise ValueError(f"worker {worker.id!r} is not an agent worker")
+    return worker.agent, ADAPTERS[worker.agent.cli]
+
+
+def _search_path() -> str:
+    return environment_value("PATH") or os.defpath
+
+
+def program(worker: WorkerSpec) -> str:
+    """The agent's program as a path, or AgentUnavailable naming what is missing."""
+    spec, adapter = _agent(worker)
+    name = spec.command[0] if spec.command else (spec.binary or adapter.default_binary or "")
+    found = shutil.which(name, path=_search_path())
+    if found is None:
+        where = "does not exist or is not executable" if "/" in name else "is not on PATH"
+        raise AgentUnavailable(f"worker {worker.id!r}: the {spec.cli} agent's program {name!r} {where}")
+    return os.path.abspath(found)
+
+
+def unavailable_reason(worker: WorkerSpec) -> str | None:
+    """Why this agent worker cannot run here (None when it can): what `doctor` and `pools` say."""
+    spec, adapter = _agent(worker)
+    try:
+        program(worker)
+    except AgentUnavailable as exc:
+        return str(exc)
+    missing = [name for name in spec.env_pass if environment_value(name) is None]
+    problems = [*adapter.problems(spec, worker.sandbox, _search_path())]
+    problems += [f"environment variable {name} (agent.env_pass) is not set" for name in missing]
+    return f"worker {worker.id!r}: {'; '.join(problems)}" if problems else None
+
+
+def agent_environment(worker: WorkerSpec, workspace: Workspace) -> tuple[dict[str, str], list[str]]:
+    """The agent's whole environment, and the secret values in it (to mask wherever they might show)."""
+    spec, adapter = _agent(worker)
+    passed = {name: value for name in spec.env_pass if (value := environment_value(name)) is not None}
+    for value in passed.values():
+        register_secret(value)
+    env = {"PATH": _search_path(), "HOME": str(private_dir(workspace.home)), "LANG": "C.UTF-8"}
+    return {**spec.env, **passed, **adapter.environment(workspace), **env}, list(passed.values())
+
+
+async def cli_version(path: str, adapter: AgentAdapter, env: dict[str, str], workspace: Workspace) -> str | None:
+    """What the CLI says its version is (asked once per program and process)."""
+    argv = adapter.version_argv(path)
+    if argv is None:
+        return None
+    if path not in _versions:
+        try:
+            done = await run_process(argv, cwd=workspace.home, env=env, stdin=b"", timeout_s=VERSION_TIMEOUT_S)
+        except OSError:
+            return None
+        text = done.stdout.decode("utf-8", errors="replace").strip().splitlines()
+        _versions[path] = text[0][:200] if done.exit_status == 0 and text else None
+    return _versions[path]
+
+
+async def run_agent(
+    worker: WorkerSpec, prompt: str, workspace: Workspace, timeout_s: float | None = None
+) -> AgentRecord:
+    """Run the agent on `prompt` in `workspace` until it ends or its deadline (the worker's `timeout_s` unless
+    given). Returns its record; raises AgentUnavailable (it cannot start) or AgentFailed (it ran and failed,
+    with its record). Cancellation kills every process it started, then propagates."""
+    spec, adapter = _agent(worker)
+    path = program(worker)
+    env, secrets = agent_environment(worker, workspace)
+    version = await cli_version(path, adapter, env, workspace)
+    try:
+        argv = adapter.argv(path, spec, worker.sandbox, workspace)
+    except FileNotFoundError as exc:
+        raise AgentUnavailable(f"worker {worker.id!r}: {exc}") from None
+    deadline = timeout_s if timeout_s is not None else worker.timeout_s
+    log.info("agent_start", worker=worker.id, cli=spec.cli, workspace=workspace.id, sandbox=worker.sandbox)
+    git_dir = workspace.git_dir_entries()
+    try:
+        result = await run_process(argv, cwd=workspace.cwd, env=env, stdin=prompt.encode(), timeout_s=deadline)
+    except (FileNotFoundError, PermissionError) as exc:
+        raise AgentUnavailable(f"worker {worker.id!r}: cannot start {path}: {exc.strerror}") from None
+    finally:
+        if tidied := workspace.tidy_git_dir(git_dir):
+            log.info("agent_mount_points_removed", worker=worker.id, paths=tidied)
+    record = _record(worker, adapter, result, masked_command_line(argv, secrets), version, deadline)
+    log.info("agent_end", worker=worker.id, exit_status=record.exit_status, seconds=record.latency_s,
+             commands=len(record.commands), error=record.error)  # fmt: skip
+    if record.error is not None:
+        raise AgentFailed(f"worker {worker.id!r}: {record.error}", record)
+    return record
+
+
+def _record(
+    worker: WorkerSpec, adapter: AgentAdapter, result: ProcessResult, line: str, version: str | None, deadline: float
+) -> AgentRecord:
+    parsed = _redacted(adapter.parse(result))
+    cost, reported = (parsed.cost_usd, True) if parsed.cost_usd is not None else (_priced(worker, parsed), False)
+    error = _failure(result, parsed, deadline)
+    return AgentRecord(
+        cli=adapter.cli, version=version, command_line=line, exit_status=result.exit_status,
+        timed_out=result.timed_out, final_message=parsed.final_message, commands=parsed.commands,
+        prompt_tokens=parsed.prompt_tokens, completion_tokens=parsed.completion_tokens, cost_usd=cost,
+        cost_reported=reported, latency_s=result.duration_s, error=error,
+        stderr_tail=_stderr_tail(result) if error else None,
+    )  # fmt: skip
+
+
+def _redacted(parsed: Parsed) -> Parsed:
+    """The agent's texts with known secret values masked: it may have read a key, and said or printed it."""
+    parsed.final_message = redact_values(parsed.final_message)
+    for command in parsed.commands:
+        command.command = redact_values(command.command)
+        command.output_tail = redact_values(command.output_tail) if command.output_tail else None
+    return parsed
+
+
+def _stderr_tail(result: ProcessResult) -> str | None:
+    text = tail(result.stderr_tail.decode("utf-8", errors="replace"))
+    return redact(text) if text else None
+
+
+def _priced(worker: WorkerSpec, parsed: Parsed) -> float:
+    """The cost from the pool's price, for a CLI that reports tokens only."""
+    if worker.price is None:
+        return 0.0
+    price = worker.price
+    return (parsed.prompt_tokens * price.input_per_mtok + parsed.completion_tokens * price.output_per_mtok) / 1e6
+
+
+def _failure(result: ProcessResult, parsed: Parsed, deadline: float) -> str | None:
+    """Why the run counts as failed, or None: killed at its deadline, a non-zero exit, a fatal error, an error the
+    CLI reported with no answer, or no answer at all."""
+    if result.timed_out:
+        return f"killed at its deadline of {deadline:g}s"
+    if result.exit_status != 0:
+        return f"exited with status {result.exit_status}" + (f": {parsed.error}" if parsed.error else "")
+    if parsed.error and (parsed.fatal or not parsed.final_message):
+        return parsed.error
+    if not parsed.final_message:
+        return "ended without an answer" + (
+            " (its output was cut at its size limit)" if result.stdout_truncated else ""
+        )
+    return None

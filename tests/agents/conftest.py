@@ -1,0 +1,100 @@
+"""Fixtures for agent tests: a workspace owner whose root is outside /tmp (Codex will not make its helpers under
+/tmp), a caller's repository, the real agent CLIs from the CI cache, and a look at /proc for what is left."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor_mcp.agents.owner import Workspaces
+from conductor_mcp.core.pool import WorkerSpec
+from tests.agents.repos import caller_repo
+
+CODEX = os.environ.get("CONDUCTOR_CODEX_BIN")
+CLAUDE = os.environ.get("CONDUCTOR_CLAUDE_BIN")
+needs_codex = pytest.mark.skipif(
+    not CODEX, reason="CONDUCTOR_CODEX_BIN is unset: .ci/run installs Codex CLI 0.171.0 from npm and sets it"
+)
+needs_claude = pytest.mark.skipif(
+    not CLAUDE, reason="CONDUCTOR_CLAUDE_BIN is unset: .ci/run installs Claude Code 2.1.332 from npm and sets it"
+)
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed (apt-get install bubblewrap; .ci/run does)"
+)
+AGENT_KEY = "CONDUCTOR_TEST_AGENT_KEY"
+KEY_VALUE = "sk-test-agent-key-0123456789abcdef"
+
+
+@pytest.fixture
+def agent_root() -> Iterator[Path]:
+    cache = Path.home() / ".cache"
+    cache.mkdir(exist_ok=True)
+    root = cache / f"conductor-agent-tests-{secrets.token_hex(4)}"
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def owner(agent_root: Path) -> AsyncIterator[Workspaces]:
+    async with Workspaces(agent_root) as workspaces:
+        yield workspaces
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return caller_repo(tmp_path / "caller")
+
+
+@pytest.fixture(autouse=True)
+def _agent_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(AGENT_KEY, KEY_VALUE)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY_VALUE)
+    monkeypatch.setenv("CONDUCTOR_TEST_LEAK_CANARY", "visible-canary")  # in the server's env, never the agent's
+
+
+def agent_worker(cli: str, sandbox: str = "workspace-write", timeout_s: float = 120, **agent: Any) -> WorkerSpec:
+    return WorkerSpec.model_validate(
+        {"id": f"{cli}-agent", "description": f"{cli} under test", "sandbox": sandbox, "timeout_s": timeout_s,
+         "price": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}, "agent": {"cli": cli, **agent}}
+    )  # fmt: skip
+
+
+def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
+    """Codex against the scripted Responses server on `port`, configured only by `-c` overrides (see FACTS.md)."""
+    provider = (
+        f'model_providers.scripted={{name="scripted", base_url="http://127.0.0.1:{port}/v1", wire_api="responses", '
+        f'env_key="{AGENT_KEY}", request_max_retries=0, stream_max_retries=0}}'
+    )
+    overrides = [provider, 'model_provider="scripted"', 'web_search="disabled"', "analytics.enabled=false",
+                 "features.unbounded_connection_retries=false", "features.plugins=false"]  # fmt: skip
+    args = [part for value in overrides for part in ("-c", value)]
+    return agent_worker("codex", sandbox, timeout_s, binary=CODEX, model="scripted", args=args, env_pass=[AGENT_KEY])
+
+
+def claude_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
+    """Claude Code against the scripted Messages server on `port`."""
+    return agent_worker(
+        "claude", sandbox, timeout_s, binary=CLAUDE, env_pass=["ANTHROPIC_API_KEY"],
+        env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"},
+    )  # fmt: skip
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Live pids whose environment holds `entry` (e.g. HOME=<a workspace's home>): what an agent left running."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    status = (proc / "status").read_text()
+                    if "\nState:\tZ" not in status:
+                        found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
