@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_run_json_then_show_in_a_new_process(tmp_path: Path) -> None:
     assert run["conductor_calls"][0]["raw_output"]
     for step in run["steps"]:
         assert step["prompt_tokens"] > 0 and step["completion_tokens"] > 0
-        assert step["cost_usd"] > 0 and step["latency_s"] >= 0 and step["answered_by"].startswith("sim/")
+        assert step["cost_usd"] > 0 and step["latency_s"] > 0 and step["answered_by"].startswith("sim/")
     assert "step 0 started" in result.stderr  # progress on stderr
 
     shown = cli("--state-dir", str(tmp_path), "show", run["id"], "--json")
@@ -50,6 +51,30 @@ def test_run_json_then_show_in_a_new_process(tmp_path: Path) -> None:
     assert markdown.startswith("## Answer") and "```mermaid" in markdown
     listing = cli("--state-dir", str(tmp_path), "runs").stdout
     assert run["id"] in listing and "done" in listing
+
+
+def test_no_command_leaves_a_lease_behind(tmp_path: Path) -> None:
+    """Each command that runs (run, plan) takes a lease and gives it back on the way out; reading ones (show, runs,
+    pools, view) take none. Before the service owned its lifespan every command left leases/<pid>-<hex>.lock."""
+    state = ["--state-dir", str(tmp_path)]
+    ran = cli(*state, "run", "--pool", "sim", "--json", "What is six times seven?")
+    assert ran.returncode == 0, ran.stderr
+    run_id = json.loads(ran.stdout)["id"]
+    for args in (["plan", "--pool", "sim", "Design a cache."], ["show", run_id], ["runs"], ["pools"]):
+        assert cli(*state, *args).returncode == 0, args
+    view = subprocess.Popen(
+        [sys.executable, "-m", "conductor_mcp", *state, "view", run_id, "--no-browser"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert view.stdout is not None and "run viewer (read only) at http://127.0.0.1:" in view.stdout.readline()
+    finally:
+        view.send_signal(signal.SIGINT)
+        view.wait(timeout=30)
+    assert (tmp_path / "runs.sqlite3").exists() and (tmp_path / "leases").is_dir()
+    assert list((tmp_path / "leases").iterdir()) == []
 
 
 def test_plan_from_stdin_and_markdown(tmp_path: Path) -> None:

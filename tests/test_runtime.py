@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import gc, json, weakref
 import conductor_mcp.service  # what a server has imported before it settles: litellm, pydantic
@@ -24,6 +26,7 @@ print(json.dumps({"frozen": gc.get_freeze_count(), "threshold": gc.get_threshold
 """
 
 
+@pytest.mark.slow  # a probe process
 def test_settle_collector_freezes_start_up_and_still_frees_cycles_made_later() -> None:
     probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True)
     state = json.loads(probe.stdout)

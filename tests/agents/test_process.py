@@ -15,10 +15,13 @@ from conductor_mcp.agents import process
 from conductor_mcp.agents.process import run_process
 from tests.agents.conftest import processes_with_env
 
+pytestmark = [pytest.mark.slow]  # starts processes (git, bubblewrap, agent programs)
+
 # A leader that leaves two sleepers: one child in a session of its own, and an orphan (its parent, a child of the
 # leader, exits at once) still in the leader's session; then it waits for ever.
 FAMILY = """
 import subprocess, sys, time
+
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
 subprocess.Popen([sys.executable, "-c",
     "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])"]).wait()

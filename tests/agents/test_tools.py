@@ -24,6 +24,9 @@ from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer
 
+pytestmark = [pytest.mark.slow]  # starts processes (git, bubblewrap, agent programs)
+
+
 ALL: list[WorkspaceTool] = ["read", "search", "run"]
 
 

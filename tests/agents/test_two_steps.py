@@ -7,6 +7,8 @@ import functools
 import sys
 from pathlib import Path
 
+import pytest
+
 from conductor_mcp.agents.loop import tool_loop
 from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.agents.runner import run_agent
@@ -18,6 +20,8 @@ from conductor_mcp.models.providers import Providers
 from tests.agents.conftest import agent_worker, needs_bwrap
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer
+
+pytestmark = [pytest.mark.slow]  # starts processes (git, bubblewrap, agent programs)
 
 
 @needs_bwrap

@@ -14,6 +14,8 @@ from conductor_mcp.agents.owner import KEPT_MARKER, Workspaces
 from conductor_mcp.errors import WorkspaceError
 from tests.agents.repos import caller_repo, fingerprint, git, worktrees
 
+pytestmark = [pytest.mark.slow]  # starts processes (git, bubblewrap, agent programs)
+
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
@@ -224,6 +223,17 @@ def test_pathological_nesting_is_a_workflow_error(text: str) -> None:
 )
 @settings(max_examples=200, deadline=None)
 def test_any_json_structure_parses_or_fails_by_name(value: object) -> None:
+    """Whatever the JSON, the result is a WorkflowError or a workflow the executor can run: 1 to max_steps steps,
+    each naming a worker the conductor was shown, with a text instruction and access only to earlier steps."""
     for document in ({"steps": value}, {"steps": [value]}, {"reasoning": value, "steps": [{"worker": value}]}, value):
-        with contextlib.suppress(WorkflowError):  # a Workflow or a named error; anything else fails the test
-            validate_workflow(parse_workflow(json.dumps(document)), IDS, 5)
+        try:
+            workflow, repairs = validate_workflow(parse_workflow(json.dumps(document)), IDS, 5)
+        except WorkflowError as exc:
+            assert str(exc)  # named: a message the conductor's retry shows it
+            continue
+        assert 1 <= len(workflow.steps) <= 5 and isinstance(workflow.reasoning, str)
+        for index, step in enumerate(workflow.steps):
+            assert step.worker in IDS and isinstance(step.instruction, str) and step.instruction.strip()
+            assert all(isinstance(j, int) and 0 <= j < index for j in step.access), (index, step.access)
+            assert step.access == sorted(set(step.access))
+        assert all(repair.fault and repair.action for repair in repairs)

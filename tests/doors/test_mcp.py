@@ -152,14 +152,18 @@ async def test_resources(mcp_server, service: Service) -> None:
     [
         ("continue_workflow", {"run_id": "feedfacefeedface"}, "run_id: no run with id 'feedfacefeedface'"),
         ("orchestrate", {"task": "x", "pool": "nope"}, "pool: unknown pool 'nope'"),
-        ("orchestrate", {"task": ""}, "task"),
-        ("orchestrate", {"task": "x", "context": "y" * 400_001}, "context"),
-        ("orchestrate", {"task": "x", "max_steps": 0}, "max_steps"),
-        ("orchestrate", {"task": "x", "max_steps": 21}, "max_steps"),
-        ("orchestrate", {"task": "x", "wait_seconds": -1}, "wait_seconds"),
-        ("plan", {"task": "x", "pool": "../../etc/passwd"}, "pool"),
-        ("continue_workflow", {"run_id": "x", "feedback": "   "}, "run_id: no run"),
-        ("runs", {"limit": 0}, "limit"),
+        ("orchestrate", {"task": ""}, "task\n  String should have at least 1 character"),
+        ("orchestrate", {"task": "x", "context": "y" * 400_001}, "context\n  String should have at most 400000"),
+        ("orchestrate", {"task": "x", "max_steps": 0}, "max_steps\n  Input should be greater than or equal to 1"),
+        ("orchestrate", {"task": "x", "max_steps": 21}, "max_steps\n  Input should be less than or equal to 20"),
+        (
+            "orchestrate",
+            {"task": "x", "wait_seconds": -1},
+            "wait_seconds\n  Input should be greater than or equal to 0",
+        ),
+        ("plan", {"task": "x", "pool": "../../etc/passwd"}, "pool\n  String should match pattern"),
+        ("continue_workflow", {"run_id": "x", "feedback": "   "}, "run_id: no run with id 'x'"),
+        ("runs", {"limit": 0}, "limit\n  Input should be greater than or equal to 1"),
     ],
 )
 async def test_bad_arguments_are_readable_tool_errors(
@@ -168,7 +172,7 @@ async def test_bad_arguments_are_readable_tool_errors(
     async with Client(mcp_server) as client:
         result = await asyncio.wait_for(client.call_tool(tool, arguments), timeout=30)
     assert result.is_error
-    assert message in result.content[0].text
+    assert message in result.content[0].text, result.content[0].text  # the field and what is wrong with it
 
 
 async def test_empty_feedback_on_a_real_run_is_refused(mcp_server) -> None:
@@ -196,18 +200,31 @@ async def test_client_cancellation_cancels_the_run_and_keeps_finished_steps(mcp_
         with anyio.move_on_after(1.5):
             await client.call_tool("orchestrate", {"task": "t", "pool": "cancel", "wait_seconds": 120})
             pytest.fail("the call should have been cancelled")
-    for _ in range(100):
-        run = service.get_run(service.list_runs(1)[0]["id"])
-        if run.status != "running":
-            break
-        await asyncio.sleep(0.05)
+    run_id = service.list_runs(1)[0]["id"]
+    async with asyncio.timeout(5):  # until the run's task has recorded the cancellation and ended
+        async for _ in service.follow(run_id):
+            pass
+    run = service.get_run(run_id)
     assert run.status == "cancelled"
     assert [s.status for s in run.steps] == ["done", "cancelled"]
 
 
-async def test_a_client_that_stops_collecting_another_clients_run_does_not_cancel_it(mcp_server, service) -> None:
+async def test_a_client_that_stops_collecting_another_clients_run_does_not_cancel_it(
+    mcp_server, service, monkeypatch
+) -> None:
     """Only the call that started a run cancels it; a second client collecting it may give up freely."""
     service.providers.sim_time_scale = 1
+    collector_left = asyncio.Event()  # set once the collector's wait has ended, cancellation and all
+    real_wait = service.wait
+
+    async def wait(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await real_wait(*args, **kwargs)
+        finally:
+            if not kwargs.get("cancel_on_exit"):
+                collector_left.set()
+
+    monkeypatch.setattr(service, "wait", wait)
     scripted_pool(
         service.settings.pool_dirs[0],
         "shared",
@@ -227,7 +244,7 @@ async def test_a_client_that_stops_collecting_another_clients_run_does_not_cance
             with anyio.move_on_after(0.5):
                 await collector.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 120})
                 pytest.fail("the call should have been cancelled")
-        await asyncio.sleep(0.2)  # the server has seen the disconnect and cancelled the collector's call
+        await asyncio.wait_for(collector_left.wait(), 10)  # the server has cancelled the collector's call
         assert service.get_run(run_id).status == "running"
         result = await starter.call_tool("continue_workflow", {"run_id": run_id, "wait_seconds": 60})
     assert result.structured_content["status"] == "done"

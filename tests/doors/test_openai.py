@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import HttpServer, sim_pool_doc, write_pool
+from tests.conftest import HttpServer, scripted_pool, sim_pool_doc, write_pool
 
 pytestmark = [pytest.mark.slow]
 
@@ -26,6 +26,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
     pool_dir.mkdir()
     slow = {name: {"first_token_s": 60} for name in ("alpha", "beta", "gamma")}
     write_pool(pool_dir, sim_pool_doc(name="slowsim", simulation={"workers": slow}))
+    scripted_pool(
+        pool_dir, "chain3", [("model_0", "Draft.", []), ("model_1", "Improve.", [0]), ("model_2", "Finish.", [1])]
+    )
     env = {
         "CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": TOKEN, "CONDUCTOR_SIM_TIME_SCALE": "0.01",
         "CONDUCTOR_OPENAI_KEEPALIVE_S": "0.2",
@@ -155,6 +158,28 @@ def test_budget_and_effort_become_the_run_limits(client: openai.OpenAI, server: 
     assert spent.value.status_code == 402 and spent.value.code == "budget_exhausted"
     run = stored_run(server, spent.value.response.headers["x-conductor-run-id"])
     assert run["status"] == "failed" and run["conductor_calls"]  # the conductor's call is kept, paid for
+
+
+def test_a_budget_that_stops_a_run_midway_answers_incomplete_with_the_best_answer(
+    client: openai.OpenAI, server: HttpServer
+) -> None:
+    """OpenAI's contract for a response cut short by max_output_tokens: 200, status incomplete with the reason, and
+    the output so far (Chat: finish_reason length). Before, the door answered 402 with no output at all."""
+    probe = stored_run(
+        server, client.responses.create(model="conductor/chain3", input=TASK).metadata["conductor_run_id"]
+    )  # type: ignore[index]
+    conductor, first = probe["conductor_calls"][0], probe["steps"][0]
+    after_first = sum(c["prompt_tokens"] + c["completion_tokens"] for c in (conductor, first))
+    response = client.responses.create(model="conductor/chain3", input=TASK, max_output_tokens=after_first + 5)
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.output_text == first["output"] and response.metadata["conductor_stop"] == "token_budget"  # type: ignore[index]
+    run = stored_run(server, response.metadata["conductor_run_id"])  # type: ignore[index]
+    assert run["status"] == "done" and [s["status"] for s in run["steps"]] == ["done", "skipped", "skipped"]
+    chat = client.chat.completions.create(
+        model="conductor/chain3", messages=[{"role": "user", "content": TASK}], max_tokens=after_first + 5
+    )
+    assert chat.choices[0].finish_reason == "length" and chat.choices[0].message.content == first["output"]
 
 
 def test_stream_starts_at_once_and_keeps_alive_and_a_disconnect_cancels_nothing(server: HttpServer) -> None:

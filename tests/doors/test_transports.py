@@ -31,6 +31,7 @@ from tests.conftest import (
     scripted_pool,
     server_env,
     sim_pool_doc,
+    slow_pool_doc,
     worker_calls,
     write_pool,
 )
@@ -337,3 +338,39 @@ def test_an_oversized_stdio_line_is_dropped_and_the_server_still_answers(tmp_pat
     _, stderr = proc.communicate(timeout=30)
     assert grown_kib < 12 << 10, f"peak memory grew by {grown_kib} KiB"
     assert b"stdio_message_too_large" in stderr
+
+
+async def test_continue_workflow_follows_a_run_executing_in_another_server_process(
+    tmp_path: Path, pool_dir: Path
+) -> None:
+    """Two servers on one state directory: a run started on one is collected to its end through the other, with its
+    progress, while it keeps executing where it started. Before, the second server refused: 'running in another
+    server process'."""
+    from conductor_mcp.doors.mcp import build_server
+
+    write_pool(pool_dir, slow_pool_doc("slowish", first_token_s=0.4))
+    task = {"task": "Prove that there are infinitely many primes, step by step.", "pool": "slowish"}
+    server = HttpServer(tmp_path / "state", pool_dir, CONDUCTOR_SIM_TIME_SCALE="1")
+    try:
+        async with server.client() as client:
+            started = await client.call_tool("orchestrate", {**task, "wait_seconds": 0})
+        run_id = started.structured_content["run_id"]
+        assert started.structured_content["status"] == "running"
+        messages: list[str] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            messages.append(message or "")
+
+        settings = Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)
+        async with Service.open(settings) as other, Client(build_server(other)) as client:
+            result = await client.call_tool(
+                "continue_workflow", {"run_id": run_id, "wait_seconds": 60}, progress_callback=progress
+            )
+            executed_here = other.executes_here(run_id)
+        with RunReader.open(settings) as reader:
+            stored = reader.get_run(run_id)
+    finally:
+        server.stop()
+    assert result.structured_content["status"] == "done" and result.structured_content["answer"]
+    assert not executed_here and stored.status == "done" and stored.owner is not None
+    assert messages and any(m.startswith("run ") for m in messages), messages  # the store's changes, relayed

@@ -190,6 +190,7 @@ def test_results_carry_the_viewer_url_when_served() -> None:
     assert viewer_links("0.0.0.0", 8765).run("abc") == "http://127.0.0.1:8765/ui/runs/abc"
 
 
+@pytest.mark.slow  # a CLI process
 def test_view_refuses_an_unknown_run_before_serving(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "view", "no-such-run", "--no-browser"],

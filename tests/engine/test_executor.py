@@ -223,7 +223,7 @@ async def test_costs_and_totals_add_up(service: Service) -> None:
         price = pool.get(step.worker_id).price
         expected = (step.prompt_tokens * price.input_per_mtok + step.completion_tokens * price.output_per_mtok) / 1e6
         assert step.cost_usd == pytest.approx(expected)
-        assert step.latency_s >= 0 and step.started_at <= step.ended_at
+        assert step.latency_s > 0 and step.started_at <= step.ended_at  # a real call takes some time
     total = sum(s.cost_usd for s in run.steps) + sum(c.cost_usd for c in run.conductor_calls)
     assert run.totals.cost_usd == pytest.approx(total)
     assert (

@@ -180,6 +180,7 @@ print(asyncio.run(main()))
 """
 
 
+@pytest.mark.slow  # two server processes
 def test_two_processes_continuing_one_orphaned_run_at_once_only_one_executes_it(tmp_path: Path, pool_dir: Path) -> None:
     scripted_pool(pool_dir, "chain", CHAIN, simulation=SLOW)
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.learning import shape_probe, warm_start
 from conductor_mcp.learning.sim_tasks import structured_task_set
@@ -25,6 +27,7 @@ def test_the_probe_stops_where_the_scripted_workflow_decides_to_go_on() -> None:
     assert one_step["steps"] == json.loads(full)["steps"][:1]
 
 
+@pytest.mark.slow  # a tool process
 def test_a_folder_without_a_card_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(TOOL), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2

@@ -54,6 +54,7 @@ def test_the_pool_settings_serve_an_adapter_with_the_prompt_its_card_names(tmp_p
     assert (plain.model, plain.prompt, plain.structured_output) == ("hosted_vllm/conductor", "full", "json_schema")
 
 
+@pytest.mark.slow  # a tool process
 def test_cpu_command_and_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     args = serve_conductor.parse_args(["--model", "/models/gemma", "--cpu", "--port", "8011"])
     cmd = " ".join(serve_conductor.command(args))

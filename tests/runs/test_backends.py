@@ -14,7 +14,7 @@ from conductor_mcp.errors import RunNotFound
 from conductor_mcp.runs.store import SCHEMA_VERSION, Store
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def open_store(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[], Store]:
     """Opens another store on the same data each call (another connection, as another process would)."""
     opened: list[Store] = []

@@ -22,6 +22,8 @@ from conductor_mcp.runs.store import MIGRATIONS, SCHEMA_VERSION
 from conductor_mcp.service import Service
 from tests.conftest import ask, sim_pool_doc, write_pool
 
+pytestmark = [pytest.mark.slow]  # a PostgreSQL cluster
+
 
 def test_a_database_from_before_schema_versions_is_migrated(postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
@@ -112,8 +114,19 @@ async def test_a_dead_replicas_run_reads_interrupted_everywhere_and_one_replica_
 
     run = b._store.update(planned.id, taken_by_a)
     assert c.get_run(run.id).status == "running"
+    assert b._bus is not None
+    subscribed = asyncio.Event()  # B's waiter listens for A's events before A goes
+    real_subscribe = b._bus.subscribe
+
+    @contextlib.asynccontextmanager
+    async def subscribe(run_id: str) -> AsyncIterator[asyncio.Queue[ProgressEvent]]:
+        async with real_subscribe(run_id) as queue:
+            subscribed.set()
+            yield queue
+
+    b._bus.subscribe = subscribe  # type: ignore[method-assign]
     waiting = asyncio.create_task(b.wait(run.id, 30))
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(subscribed.wait(), 10)
     a._lease.close()  # what a dead replica's closed connection does: the advisory lock goes
     assert (await waiting).status == "interrupted"  # the waiter on B noticed without any event from A
     assert c.get_run(run.id).status == "interrupted"

@@ -39,6 +39,7 @@ for i in range(150):
 """
 
 
+@pytest.mark.slow  # three writer processes
 def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
     SqliteStore(db).close()
