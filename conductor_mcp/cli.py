@@ -127,8 +127,8 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
+    from conductor_mcp.doors.render import to_markdown
     from conductor_mcp.models.providers import close_clients
-    from conductor_mcp.runs.render import to_markdown
     from conductor_mcp.service import Service
 
     task, context, metadata = _read_task(args)
@@ -151,8 +151,8 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.doors.render import to_markdown
     from conductor_mcp.reader import RunReader
-    from conductor_mcp.runs.render import to_markdown
 
     with RunReader.open(settings) as reader:
         run = reader.get_run(args.run_id)

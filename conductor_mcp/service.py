@@ -26,10 +26,10 @@ from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
 from conductor_mcp.core.records import Run, ToolResult, now
 from conductor_mcp.core.request import RunRequest
-from conductor_mcp.core.usage import ServerBudget
+from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
 from conductor_mcp.engine.conductor import Conductor
-from conductor_mcp.engine.cost import CostEstimate, estimate_cost
+from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError

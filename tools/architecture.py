@@ -20,7 +20,7 @@ from pathlib import Path
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "config", "runtime"),
-    ("logs", "lifetimes", "isolation"),
+    ("logs", "lifetimes", "isolation", "private"),
     ("core",),
     ("models", "runs", "agents"),
     ("engine",),

@@ -210,6 +210,10 @@ class Pool(BaseModel):
         except ValueError:
             raise PoolError(f"pool {self.name!r} has no worker {visible_id!r}") from None
 
+    def spec_of(self, visible_id: str) -> ModelSpec:
+        """The model behind an id in a workflow: the conductor itself, or the worker the id resolves to."""
+        return self.conductor if visible_id == CONDUCTOR_ID else self.resolve(visible_id)
+
     def get(self, worker_id: str) -> WorkerSpec:
         """The worker with this pool id (the id in pool files and transcripts)."""
         for worker in self.workers:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, Field
 
 from conductor_mcp.core.outcome import Stop
@@ -65,3 +67,13 @@ class ServerBudget(Budget):
     def next_call_exceeds(self, tokens: int, usd: float) -> Stop | None:
         stop = self.exceeded_by((self.tokens, self.usd), (tokens, usd))
         return None if stop is None else Stop(kind="server_budget", detail=f"server {stop.detail}")
+
+
+@dataclass
+class CostEstimate:
+    """What running a workflow may cost (the `plan` tool): a range, and the workers no price is known for."""
+
+    low_usd: float
+    high_usd: float
+    unpriced_workers: list[str]
+    assumption: str

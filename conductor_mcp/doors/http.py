@@ -30,7 +30,7 @@ from conductor_mcp.doors.openai import error_body, openai_routes
 from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
 from conductor_mcp.logs import get_logger, register_secret
-from conductor_mcp.runs.private import open_private, private_dir, private_file
+from conductor_mcp.private import open_private, private_dir, private_file
 
 if TYPE_CHECKING:
     from conductor_mcp.reader import RunReader

@@ -43,6 +43,7 @@ from conductor_mcp.core.request import (
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
     Detail,
     PlanResult,
@@ -57,7 +58,6 @@ from conductor_mcp.doors.results import (
 from conductor_mcp.doors.tasks import TasksExtension, hand_over
 from conductor_mcp.errors import ConductorError
 from conductor_mcp.logs import get_logger
-from conductor_mcp.runs.render import to_markdown
 from conductor_mcp.service import Service
 
 log = get_logger(__name__)

@@ -14,10 +14,9 @@ from pydantic import BaseModel, Field
 from conductor_mcp.core.outcome import BUDGETS, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
-from conductor_mcp.core.usage import Totals
-from conductor_mcp.engine.cost import CostEstimate, spec_for
+from conductor_mcp.core.usage import CostEstimate, Totals
+from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.pools import PoolSummary
-from conductor_mcp.runs.render import to_markdown
 
 MARKDOWN_LIMIT = 30_000  # characters, about 8,000 tokens
 ANSWER_LIMIT_CHARS = 40_000  # about 10,000 tokens: with the step summaries a result stays under ~20,000 tokens
@@ -232,7 +231,7 @@ def plan_result(run: Run, pool: Pool, estimate: CostEstimate) -> PlanResult:
             index=i,
             worker=s.worker,
             worker_id=CONDUCTOR_ID if s.worker == CONDUCTOR_ID else pool.resolve(s.worker).id,
-            model=spec_for(pool, s.worker).model,
+            model=pool.spec_of(s.worker).model,
             instruction=s.instruction,
             access=s.access,
         )

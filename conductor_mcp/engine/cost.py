@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from conductor_mcp.core.pool import CONDUCTOR_ID, ModelSpec, Pool
+from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.prompts import worker_messages
+from conductor_mcp.core.usage import CostEstimate
 from conductor_mcp.core.workflow import Workflow
 from conductor_mcp.models.providers import price_per_token
 
 
 def estimated_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages) // 4
-
-
-def spec_for(pool: Pool, visible_id: str) -> ModelSpec:
-    """The model behind an id in a workflow: the conductor itself, or the worker the id resolves to."""
-    return pool.conductor if visible_id == CONDUCTOR_ID else pool.resolve(visible_id)
-
-
-@dataclass
-class CostEstimate:
-    low_usd: float
-    high_usd: float
-    unpriced_workers: list[str]
-    assumption: str
 
 
 def estimate_cost(
@@ -37,10 +24,10 @@ def estimate_cost(
         outputs = dict.fromkeys(range(len(workflow.steps)), "x" * (4 * answer_tokens))
         cost = 0.0
         for i, step in enumerate(workflow.steps):
-            price = price_per_token(spec_for(pool, step.worker))
+            price = price_per_token(pool.spec_of(step.worker))
             if price:
                 prompt = estimated_tokens(worker_messages(task, context, workflow, i, outputs))
                 cost += prompt * price[0] + answer_tokens * price[1]
         totals.append(round(cost, 6))
-    unpriced = sorted({s.worker for s in workflow.steps if not price_per_token(spec_for(pool, s.worker))})
+    unpriced = sorted({s.worker for s in workflow.steps if not price_per_token(pool.spec_of(s.worker))})
     return CostEstimate(totals[0], totals[1], unpriced, f"each step answers in {low_tokens}-{high_tokens} tokens")

@@ -21,7 +21,7 @@ from conductor_mcp.core.records import Run, StepRecord, messages_digest, now
 from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
-from conductor_mcp.engine.cost import estimated_tokens, spec_for
+from conductor_mcp.engine.cost import estimated_tokens
 from conductor_mcp.engine.events import emit
 from conductor_mcp.errors import ProviderError, StoreError
 from conductor_mcp.logs import get_logger
@@ -237,7 +237,7 @@ class Executor:
         estimate = estimated_tokens(messages)
         next_cost = 0.0
         if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
-            price = price_per_token(spec_for(self.pool, visible_id))
+            price = price_per_token(self.pool.spec_of(visible_id))
             next_cost = estimate * price[0] if price else 0.0
         return run.budget.exceeded_by(run.spent(), (estimate, next_cost)) or self.server_budget.next_call_exceeds(
             estimate, next_cost

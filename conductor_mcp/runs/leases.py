@@ -20,7 +20,7 @@ import secrets
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from conductor_mcp.runs.private import open_private, private_dir
+from conductor_mcp.private import open_private, private_dir
 
 
 class Liveness(ABC):

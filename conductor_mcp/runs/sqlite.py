@@ -21,7 +21,7 @@ from typing import Any, LiteralString
 
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
-from conductor_mcp.runs.private import private_dir, private_file
+from conductor_mcp.private import private_dir, private_file
 from conductor_mcp.runs.store import (
     MIGRATIONS,
     SCHEMA_VERSION,

@@ -19,12 +19,12 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core import prompts
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.core.workflow import parse_workflow, validate_workflow
+from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.engine import conductor
 from conductor_mcp.errors import RequestError, RunNotFound
 from conductor_mcp.models import providers
 from conductor_mcp.pools import load_pool
 from conductor_mcp.reader import RunReader
-from conductor_mcp.runs.render import to_markdown
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service import Service
 from tests.conftest import in_service, orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
