@@ -56,7 +56,7 @@ from conductor_mcp.doors.results import (
     runs_result,
 )
 from conductor_mcp.doors.tasks import TasksExtension, hand_over
-from conductor_mcp.errors import ConductorError
+from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.service import Service
 
@@ -100,12 +100,14 @@ SelfCorrectArg = Annotated[
 
 
 @contextmanager
-def tool_errors() -> Iterator[None]:
-    """The error tree as the calling model reads it: a ToolError with the message (anything else is hidden)."""
+def conductor_errors(kind: type[Exception] = ToolError) -> Iterator[None]:
+    """The one mapping of the error tree for MCP callers: the message, raised as the error type the handler's
+    protocol turns into an answer (a tool's ToolError, a resource's ResourceError, a prompt's ValueError).
+    Anything outside the tree is a bug: the SDK hides its text from the client."""
     try:
         yield
     except ConductorError as exc:
-        raise ToolError(str(exc)) from None
+        raise kind(str(exc)) from None
 
 
 async def client_roots(ctx: Context) -> list[Path] | None:
@@ -213,7 +215,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         self_correct: SelfCorrectArg = None,
         detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
-        with tool_errors():
+        with conductor_errors():
             context, file_refs = await context_with_files(ctx, door.service, context, files)
             request = RunRequest.of(
                 task=task, pool=pool, max_steps=max_steps, context=context, self_correct=self_correct,
@@ -240,7 +242,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         context: ContextText = None,
         files: FilesArg = None,
     ) -> PlanResult:
-        with tool_errors():
+        with conductor_errors():
             context, file_refs = await context_with_files(ctx, service, context, files)
             request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs)
             run = await service.plan(request, on_event=ProgressRelay(ctx))
@@ -260,7 +262,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         wait_seconds: WaitArg = DEFAULT_WAIT_S,
         detail: DetailArg = "summary",
     ) -> Annotated[CallToolResult, RunResult]:
-        with tool_errors():
+        with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
             run = service.continue_run(run_id, feedback)
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
@@ -277,7 +279,7 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         limit: Annotated[int, Field(ge=1, le=MAX_RUNS_LISTED, description="How many runs to list.")] = 10,
         status: Annotated[RunStatus | None, Field(description="Only runs in this status.")] = None,
     ) -> RunsResult:
-        with tool_errors():
+        with conductor_errors():
             return runs_result(service.list_runs(limit, status))
 
     @server.tool(
@@ -298,10 +300,8 @@ def _register_resources(server: MCPServer, service: Service) -> None:
         description="The full transcript of a run: workflow, conductor output, every step's record, totals.",
     )
     def run_resource(run_id: str) -> str:
-        try:
+        with conductor_errors(ResourceError):
             return service.get_run(run_id).model_dump_json(indent=2)
-        except ConductorError as exc:
-            raise ResourceError(str(exc)) from None
 
     @server.resource(
         "conductor://runs/{run_id}/steps/{index}",
@@ -309,14 +309,9 @@ def _register_resources(server: MCPServer, service: Service) -> None:
         description="One step of a run: its record and the exact messages its worker received.",
     )
     def step_resource(run_id: str, index: str) -> str:
-        try:
-            run = service.get_run(run_id)
-            step = next((s for s in run.steps if s.key == index), None)
-            messages = service.step_messages(run_id, index)
-        except ConductorError as exc:
-            raise ResourceError(str(exc)) from None
-        if step is None:
-            raise ResourceError(f"run {run_id!r} has no step {index!r}")
+        with conductor_errors(ResourceError):
+            messages = service.step_messages(run_id, index)  # an unknown run or step is named here
+            step = next(s for s in service.get_run(run_id).steps if s.key == index)
         return json.dumps({"record": step.model_dump(mode="json"), "messages": messages}, indent=2)
 
     @server.resource(
@@ -326,19 +321,15 @@ def _register_resources(server: MCPServer, service: Service) -> None:
         "text values and api_base credentials and query values are masked as ***.",
     )
     def pool_resource(name: str) -> str:
-        if not re.match(POOL_NAME, name):
-            raise ResourceError(f"no pool named {name!r}")
-        try:
+        with conductor_errors(ResourceError):
+            if not re.match(POOL_NAME, name):  # a name on the search path, never a file path
+                raise PoolError(f"no pool named {name!r}")
             return json.dumps(service.pools.get(name).public_view(), indent=2)
-        except ConductorError as exc:
-            raise ResourceError(str(exc)) from None
 
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
     def review_run(run_id: str) -> str:
-        try:
+        with conductor_errors(ValueError):
             run = service.get_run(run_id)
-        except ConductorError as exc:
-            raise ValueError(str(exc)) from None
         return (
             f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
             f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "

@@ -24,7 +24,8 @@ log = get_logger(__name__)
 
 
 def response_format(spec: ConductorSpec, schema: dict[str, Any]) -> dict[str, Any] | None:
-    """The JSON schema in the form the backend takes (FACTS: llama.cpp rejects type json_schema)."""
+    """The JSON schema in the form the backend takes: vLLM wants type json_schema; llama.cpp's server rejects that
+    with a 500 and takes type json_object with the schema beside it."""
     if spec.structured_output == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": "workflow", "schema": schema, "strict": True}}
     if spec.structured_output == "json_object":

@@ -1,7 +1,9 @@
 """A real OpenAI client that only speaks the Responses API: Codex CLI (npm @openai/codex) against the sim pool.
 
 .ci/run installs it and sets CONDUCTOR_CODEX_BIN; elsewhere the test runs when `codex` is on PATH. Codex runs
-offline: a custom provider at the local server, no retries, no update check (see FACTS.md for why each line).
+offline with the config below: a custom provider at the local server (Codex reaches one only with the responses
+wire API); no retries and no unbounded connection retries (else a dead port is retried for ever); no update check,
+web search, plugins or analytics (each would try the network).
 """
 
 from __future__ import annotations
