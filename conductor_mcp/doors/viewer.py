@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.doors import viewer_html as html
-from conductor_mcp.errors import RequestError, RunNotFound
+from conductor_mcp.errors import RequestError, RunNotFound, StoreError
 from conductor_mcp.pools import available_pools
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class Viewer:
         ]
 
     def _guarded(self, handler: Handler) -> Handler:
-        """The Host/Origin check (DNS rebinding) first; bad input and unknown runs as plain pages."""
+        """The Host/Origin check (DNS rebinding) first; bad input, unknown runs and a failing store as pages."""
 
         async def endpoint(request: Request) -> Response:
             if self.guard is not None and (refused := await self.guard(request)) is not None:
@@ -174,6 +174,8 @@ class Viewer:
                 return secured(HTMLResponse(html.message_page("Not found", str(exc)), status_code=404))
             except (RequestError, LookupError, ValueError) as exc:
                 return secured(HTMLResponse(html.message_page("Bad request", str(exc)), status_code=400))
+            except StoreError as exc:  # the message says what to do (free disk space, start PostgreSQL)
+                return secured(HTMLResponse(html.message_page("The run store failed", str(exc)), status_code=503))
 
         return endpoint
 
