@@ -44,7 +44,7 @@ class Settings(BaseSettings):
         default=(), description="extra pool directories, os.pathsep-separated; searched before the built-in pools"
     )
     roots: Annotated[tuple[Path, ...], NoDecode] = Field(
-        default=(), description="directories `files` may be read from when a client declares no roots; unset: cwd"
+        default=(), description="directories `files` may be read from (a client's roots only narrow them); unset: cwd"
     )
     pool: str | None = Field(default=None, description="the default pool; unset: the first pool whose keys are all set")
     log_level: str = Field(default="info", description="log level on stderr")
@@ -112,7 +112,7 @@ class Settings(BaseSettings):
 
     @property
     def file_roots(self) -> list[Path]:
-        """Where `files` may be read from when the client declares no roots."""
+        """Where `files` may be read from: a client's declared roots can only narrow these (context_files.py)."""
         return list(self.roots) or [Path.cwd()]
 
     @property
