@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     server_max_tokens: int | None = Field(default=None, gt=0, description="tokens this process may spend on all runs")
     server_max_usd: float | None = Field(default=None, gt=0, description="USD this process may spend on all runs")
     http_token: str | None = Field(default=None, description="bearer token the HTTP server requires", repr=False)
+    http_header_timeout_s: float = Field(
+        default=10.0, gt=0, description="HTTP: seconds a client has to send a request's headers (slow or half-open)"
+    )
+    http_max_connections: int | None = Field(
+        default=None, gt=0, description="HTTP: most connections open at once; unset: 1000, at most half the fd limit"
+    )
     openai_keepalive_s: float = Field(
         default=10.0, gt=0, description="OpenAI door: seconds between SSE keep-alive comments while a step runs"
     )

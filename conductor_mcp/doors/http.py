@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
+from conductor_mcp.doors.http_guard import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
 from conductor_mcp.doors.openai import error_body, openai_routes
 from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
@@ -178,16 +179,25 @@ def http_app(
         guard = TransportSecurityMiddleware(security)
         app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request)))
         app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
+    app.add_middleware(BodyLimit)
     return BearerTokenMiddleware(app, token, viewer) if token else app
 
 
 def viewer_app(service: Service, host: str, token: str, viewer: ViewerAuth) -> Any:
     """The run viewer alone (`conductor-mcp view`): read only, behind the Host check and its own token."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
 
     guard = TransportSecurityMiddleware(_security(host, token, []))
-    app = Starlette(routes=viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
-    return BearerTokenMiddleware(app, token, viewer)
+    routes = viewer_routes(service, viewer, lambda request: guard.validate_request(request))
+    return BearerTokenMiddleware(Starlette(routes=routes, middleware=[Middleware(BodyLimit)]), token, viewer)
+
+
+def connection_limits(service: Service) -> dict[str, Any]:
+    """uvicorn's settings for slow and half-open connections and keep-alive (doors/http_guard.py)."""
+    settings = service.settings
+    protocol = guarded_http(settings.http_header_timeout_s, connection_cap(settings.http_max_connections))
+    return {"http": protocol, "timeout_keep_alive": KEEP_ALIVE_S}
 
 
 def base_url(host: str, port: int) -> str:
@@ -214,7 +224,7 @@ async def serve_http(
     service.viewer_base = f"{base_url(host, port)}/ui/"
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **connection_limits(service),
     )  # fmt: skip
     log.info("http_listening", url=f"http://{host}:{port}/mcp", openai=f"http://{host}:{port}/v1",
              auth="bearer" if token else "none")  # fmt: skip
@@ -236,6 +246,6 @@ async def serve_viewer(
     announce(sock.getsockname()[1])
     config = uvicorn.Config(
         viewer_app(service, host, token, viewer), log_level="warning", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **connection_limits(service),
     )  # fmt: skip
     await uvicorn.Server(config).serve(sockets=[sock])

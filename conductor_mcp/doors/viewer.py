@@ -152,7 +152,7 @@ class Viewer:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/ui", lambda _: RedirectResponse("/ui/", status_code=308)),
+            Route("/ui", self._guarded(self.home)),
             Route("/ui/", self._guarded(self.runs)),
             Route("/ui/runs/{run_id}", self._guarded(self.run)),
             Route("/ui/runs/{run_id}/events", self._guarded(self.events)),
@@ -178,6 +178,9 @@ class Viewer:
                 return secured(HTMLResponse(html.message_page("The run store failed", str(exc)), status_code=503))
 
         return endpoint
+
+    async def home(self, request: Request) -> Response:
+        return secured(RedirectResponse("/ui/", status_code=308))
 
     async def runs(self, request: Request) -> Response:
         """The run list: newest first, filtered by status and pool, PAGE_SIZE rows a page (keyset paging)."""
