@@ -18,7 +18,8 @@ from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
 from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.doors.viewer import COOKIE, ViewerAuth
+from conductor_mcp.doors.viewer import ViewerAuth
+from conductor_mcp.doors.viewer_sessions import COOKIE
 from conductor_mcp.service import Service
 from tests.conftest import (
     INITIALIZE,
