@@ -63,6 +63,7 @@ async def test_each_login_gets_its_own_session_that_sign_out_revokes(tmp_path: P
         first, second = await sign_in(client), await sign_in(client)
         assert first != second and TOKEN not in first
         assert await status(client, first) == 200 and await status(client, second) == 200
+        assert 'action="/ui/logout"' in (await client.get("/ui/", headers={"cookie": first})).text
         out = await client.post("/ui/logout", headers={"cookie": first})
         assert out.status_code == 200 and "max-age=0" in out.headers["set-cookie"].lower()
         assert await status(client, first) == 401  # revoked
