@@ -102,13 +102,17 @@ def sandbox_problem() -> str | None:
 
 @functools.cache
 def _probe(bwrap: str) -> str | None:
+    deadline = time.monotonic() + 30.0
     try:
-        run = _run_bwrap(bwrap, "print(6 * 7)", "", {}, 30.0, Limits(cpu_s=10))
+        with ExitStack() as stack:
+            stdin, out, err = (stack.enter_context(memfd(name, "")) for name in ("stdin", "out", "err"))
+            proc = _start_bwrap(stack, bwrap, "print(6 * 7)", {}, (stdin, out, err), (), deadline, Limits(cpu_s=10))
+            timed_out = _wait(proc, deadline)
+            printed, detail = read_all(out), read_all(err).strip()[-500:]
     except (OSError, SandboxUnavailable) as exc:
         return f"bubblewrap cannot run a sandbox here ({exc}): {INSTALL_HINT}"
-    if run.exit_code != 0 or run.stdout.strip() != "42":
-        detail = run.stderr.strip()[-500:] or f"exit status {run.exit_code}"
-        return f"bubblewrap cannot run a sandbox here ({detail}): {INSTALL_HINT}"
+    if timed_out or proc.returncode != 0 or printed.strip() != "42":
+        return f"bubblewrap cannot run a sandbox here ({detail or f'exit status {proc.returncode}'}): {INSTALL_HINT}"
     return None
 
 
@@ -124,64 +128,107 @@ def run_python(
     """Run `program` as a script in a sandbox, `files` (name -> text) read-only beside it in its working
     directory, `stdin` as its standard input. Raises SandboxUnavailable when bubblewrap cannot be used and
     `allow_unsafe_local_exec` is False."""
+    deadline = time.monotonic() + timeout_s
+    with ExitStack() as stack:
+        stdio = [stack.enter_context(memfd(name, text)) for name, text in (("stdin", stdin), ("out", ""))]
+        box = stack.enter_context(
+            sandboxed(program, files=files, stdin=stdio[0], stdout=stdio[1], deadline=deadline, limits=limits,
+                      allow_unsafe_local_exec=allow_unsafe_local_exec)
+        )  # fmt: skip
+        timed_out = box.wait(deadline)
+        return RunResult(read_all(stdio[1]), box.stderr(), None if timed_out else box.proc.returncode, timed_out)
+
+
+@dataclass
+class Sandboxed:
+    """A program started in a sandbox: wait for it, read what it wrote on stderr."""
+
+    proc: subprocess.Popen[bytes]
+    stderr_fd: int
+
+    def wait(self, deadline: float) -> bool:
+        """Wait for the program until the deadline; True when it had to be killed."""
+        return _wait(self.proc, deadline)
+
+    def stderr(self) -> str:
+        return read_all(self.stderr_fd)
+
+
+@contextmanager
+def sandboxed(
+    program: str,
+    *,
+    files: Mapping[str, str] | None = None,
+    stdin: int,
+    stdout: int,
+    deadline: float,
+    limits: Limits | None = None,
+    keep_fds: tuple[int, ...] = (),
+    allow_unsafe_local_exec: bool = False,
+) -> Iterator[Sandboxed]:
+    """Start `program` in a sandbox (as run_python does) on the given stdin and stdout descriptors, `keep_fds`
+    open in it under the same numbers (pipes to another program, say); it is killed and reaped on leaving."""
     files = dict(files or {})
     if any("/" in name or name in ("", ".", "..", PROGRAM) for name in files):
         raise ValueError(f"file names must be plain names other than {PROGRAM!r}: {sorted(files)}")
     limits = limits or Limits()
     problem = sandbox_problem()
-    if problem is None:
-        bwrap = bwrap_path()
-        assert bwrap is not None
-        return _run_bwrap(bwrap, program, stdin, files, timeout_s, limits)
-    if not allow_unsafe_local_exec:
+    if problem is not None and not allow_unsafe_local_exec:
         raise SandboxUnavailable(f"refusing to run model-written code: {problem}")
-    return _run_unsafe(program, stdin, files, timeout_s, limits)
+    with ExitStack() as stack:
+        stderr = stack.enter_context(memfd("err", ""))
+        stdio = (stdin, stdout, stderr)
+        if problem is None:
+            bwrap = bwrap_path()
+            assert bwrap is not None
+            proc = _start_bwrap(stack, bwrap, program, files, stdio, keep_fds, deadline, limits)
+        else:
+            proc = _start_unsafe(stack, program, files, stdio, keep_fds, limits)
+        yield Sandboxed(proc, stderr)
 
 
 # ------------------------------------------------------------------------------------------------ bubblewrap
 
 
-def _run_bwrap(
-    bwrap: str, program: str, stdin: str, files: Mapping[str, str], timeout_s: float, limits: Limits
-) -> RunResult:
-    deadline = time.monotonic() + timeout_s
+def _start_bwrap(
+    stack: ExitStack, bwrap: str, program: str, files: Mapping[str, str], stdio: tuple[int, int, int],
+    keep_fds: tuple[int, ...], deadline: float, limits: Limits,
+) -> subprocess.Popen[bytes]:  # fmt: skip
+    """Start the program under bubblewrap; `stack` kills and reaps it (and frees what it needed) when it closes."""
     as_root = os.geteuid() == 0
-    with ExitStack() as stack:
-        stdio = [stack.enter_context(_memfd(name, text)) for name, text in (("stdin", stdin), ("out", ""), ("err", ""))]
-        data = {name: stack.enter_context(_memfd(name, text)) for name, text in {PROGRAM: program, **files}.items()}
-        argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
-                "--cap-drop", "ALL"]  # fmt: skip
-        if as_root:  # the namespace's uid map is written below, while bwrap waits on --userns-block-fd
-            (info_r, info_w), (block_r, block_w) = os.pipe(), os.pipe()
-            stack.callback(os.close, info_r)
-            stack.callback(os.close, block_w)
-            handoff = [info_w, block_r]
-            argv += ["--info-fd", str(info_w), "--userns-block-fd", str(block_r),
-                     "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
-        else:  # bwrap maps SANDBOX_UID to the caller's uid itself
-            handoff = []
-            argv += ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        config = {"drop_to": SANDBOX_UID if as_root else None, "limits": _rlimits(limits, count_processes=True),
-                  "python": sys.executable, "program": PROGRAM}  # fmt: skip
-        argv += [*_filesystem_args(data, limits), sys.executable, "-I", "-S", "-c", _BOOTSTRAP, json.dumps(config)]
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env={},
-                pass_fds=[*handoff, *data.values()], extra_groups=[] if as_root else None,
-            )  # fmt: skip
-        finally:
-            for fd in handoff:  # bwrap holds its own copies
-                os.close(fd)
-        stack.callback(_reap, proc)
-        if as_root:
-            child = _read_child_pid(info_r, deadline)
-            if child is None:  # bwrap failed before it made the sandbox: its stderr says why
-                proc.kill()
-            else:
-                _map_sandbox_user(child)
-                os.write(block_w, b"x")
-        timed_out = _wait(proc, deadline)
-        return RunResult(_read(stdio[1]), _read(stdio[2]), None if timed_out else proc.returncode, timed_out)
+    data = {name: stack.enter_context(memfd(name, text)) for name, text in {PROGRAM: program, **files}.items()}
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
+            "--cap-drop", "ALL"]  # fmt: skip
+    if as_root:  # the namespace's uid map is written below, while bwrap waits on --userns-block-fd
+        (info_r, info_w), (block_r, block_w) = os.pipe(), os.pipe()
+        stack.callback(os.close, info_r)
+        stack.callback(os.close, block_w)
+        handoff = [info_w, block_r]
+        argv += ["--info-fd", str(info_w), "--userns-block-fd", str(block_r),
+                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
+    else:  # bwrap maps SANDBOX_UID to the caller's uid itself
+        handoff = []
+        argv += ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    config = {"drop_to": SANDBOX_UID if as_root else None, "limits": _rlimits(limits, count_processes=True),
+              "python": sys.executable, "program": PROGRAM}  # fmt: skip
+    argv += [*_filesystem_args(data, limits), sys.executable, "-I", "-S", "-c", _BOOTSTRAP, json.dumps(config)]
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env={},
+            pass_fds=[*handoff, *data.values(), *keep_fds], extra_groups=[] if as_root else None,
+        )  # fmt: skip
+    finally:
+        for fd in handoff:  # bwrap holds its own copies
+            os.close(fd)
+    stack.callback(_reap, proc)
+    if as_root:
+        child = _read_child_pid(info_r, deadline)
+        if child is None:  # bwrap failed before it made the sandbox: its stderr says why
+            proc.kill()
+        else:
+            _map_sandbox_user(child)
+            os.write(block_w, b"x")
+    return proc
 
 
 def _filesystem_args(data: Mapping[str, int], limits: Limits) -> list[str]:
@@ -249,23 +296,22 @@ def _map_sandbox_user(pid: int) -> None:
 # ----------------------------------------------------------------------------------------------------- unsafe
 
 
-def _run_unsafe(program: str, stdin: str, files: Mapping[str, str], timeout_s: float, limits: Limits) -> RunResult:
-    deadline = time.monotonic() + timeout_s
-    with ExitStack() as stack:
-        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="conductor-unsafe-exec-"))
-        for name, text in {PROGRAM: program, **files}.items():
-            Path(workdir, name).write_text(text, encoding="utf-8")
-        stdio = [stack.enter_context(_memfd(name, text)) for name, text in (("stdin", stdin), ("out", ""), ("err", ""))]
-        config = {"drop_to": None, "limits": _rlimits(limits, count_processes=False), "python": sys.executable,
-                  "program": PROGRAM}  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, json.dumps(config)], cwd=workdir, env={},
-            stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], start_new_session=True,
-        )  # fmt: skip
-        stack.callback(_reap, proc)
-        stack.callback(_kill_group, proc.pid)  # runs first: background processes it left in its session go too
-        timed_out = _wait(proc, deadline)
-        return RunResult(_read(stdio[1]), _read(stdio[2]), None if timed_out else proc.returncode, timed_out)
+def _start_unsafe(
+    stack: ExitStack, program: str, files: Mapping[str, str], stdio: tuple[int, int, int],
+    keep_fds: tuple[int, ...], limits: Limits,
+) -> subprocess.Popen[bytes]:  # fmt: skip
+    workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="conductor-unsafe-exec-"))
+    for name, text in {PROGRAM: program, **files}.items():
+        Path(workdir, name).write_text(text, encoding="utf-8")
+    config = {"drop_to": None, "limits": _rlimits(limits, count_processes=False), "python": sys.executable,
+              "program": PROGRAM}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, json.dumps(config)], cwd=workdir, env={},
+        stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], start_new_session=True, pass_fds=keep_fds,
+    )  # fmt: skip
+    stack.callback(_reap, proc)
+    stack.callback(_kill_group, proc.pid)  # runs first: background processes it left in its session go too
+    return proc
 
 
 def _kill_group(pgid: int) -> None:
@@ -287,7 +333,7 @@ def _rlimits(limits: Limits, count_processes: bool) -> dict[str, int]:
 
 
 @contextmanager
-def _memfd(name: str, text: str) -> Iterator[int]:
+def memfd(name: str, text: str) -> Iterator[int]:
     """An anonymous in-memory file holding `text`, positioned at its start (never on disk, gone when closed)."""
     fd = os.memfd_create(f"conductor-sandbox-{name}")
     try:
@@ -317,7 +363,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _read(fd: int) -> str:
+def read_all(fd: int) -> str:
     os.lseek(fd, 0, os.SEEK_SET)
     chunks = []
     while chunk := os.read(fd, _MIB):
