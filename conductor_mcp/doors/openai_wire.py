@@ -54,6 +54,7 @@ def _part_text(part: Any, where: str) -> str:
     if isinstance(part, str):
         return part
     kind = part.get("type") if isinstance(part, dict) else None
+    kind = kind if isinstance(kind, str) else None
     if kind in TEXT_PARTS and isinstance(part.get("text"), str):
         return part["text"]
     if kind in UNSUPPORTED_PARTS:
@@ -74,6 +75,8 @@ def _item_turn(item: Any, where: str) -> tuple[str, str] | None:
     if not isinstance(item, dict):
         raise RequestError(f"{where}: must be an object (a message or an item)")
     kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise RequestError(f"{where}.type: must be a string such as 'message', got {kind!r:.40}")
     if kind == "message":
         role = item.get("role")
         if not isinstance(role, str):

@@ -135,3 +135,11 @@ def test_any_body_is_translated_or_refused_with_a_readable_error(body: dict[str,
     ):  # fmt: skip
         with contextlib.suppress(ConductorError):
             translate(body)
+
+
+@pytest.mark.parametrize("item", [{"type": []}, {"type": {"a": 1}}, {"role": "user", "content": [{"type": [1]}]}])
+async def test_items_of_an_unhashable_type_are_a_400(tmp_path: Path, pool_dir: Path, item: Any) -> None:
+    """What the property test below found: a `type` that is a list or an object reached a set lookup."""
+    async with serving(tmp_path, pool_dir) as client:
+        response = await client.post("/v1/responses", json={"model": "conductor", "input": [item]})
+    assert openai_shaped(response, 400)["message"].startswith("input[0]")
