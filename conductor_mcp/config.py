@@ -44,7 +44,7 @@ class Settings(BaseSettings):
         default=(), description="extra pool directories, os.pathsep-separated; searched before the built-in pools"
     )
     roots: Annotated[tuple[Path, ...], NoDecode] = Field(
-        default=(), description="directories `files` may be read from when a client declares no roots; unset: cwd"
+        default=(), description="directories `files` may be read from (a client's roots only narrow them); unset: cwd"
     )
     pool: str | None = Field(default=None, description="the default pool; unset: the first pool whose keys are all set")
     log_level: str = Field(default="info", description="log level on stderr")
@@ -58,6 +58,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("conductor_heartbeat_s", "conductor_openai_keepalive_s", "heartbeat_s"),
         description="seconds without news after which a waiting client hears a heartbeat (MCP progress, an SSE "
         "keep-alive comment on the OpenAI door, a viewer event); CONDUCTOR_OPENAI_KEEPALIVE_S is its old name",
+    )
+    http_header_timeout_s: float = Field(
+        default=10.0, gt=0, description="HTTP: seconds a client has to send a request's headers (slow or half-open)"
+    )
+    http_max_connections: int | None = Field(
+        default=None, gt=0, description="HTTP: most connections open at once; unset: 1000, at most half the fd limit"
     )
     retry_base_s: float = Field(default=0.5, ge=0, description="first step of the jittered exponential retry backoff")
     task_poll_ms: int = Field(default=2000, ge=50, description="pollIntervalMs a Tasks client is asked to keep")
@@ -114,7 +120,7 @@ class Settings(BaseSettings):
 
     @property
     def file_roots(self) -> list[Path]:
-        """Where `files` may be read from when the client declares no roots."""
+        """Where `files` may be read from: a client's declared roots can only narrow these (context_files.py)."""
         return list(self.roots) or [Path.cwd()]
 
     @property

@@ -111,46 +111,68 @@ def run_isolated(
     """Run `argv` (an absolute program path first) in a sandbox, in WORKDIR: a private tmpfs holding `files`
     (name -> an open file descriptor, bound read-only), or the host directory `workdir[0]` bound there, writable
     when `workdir[1]`. Raises SandboxUnavailable when the sandbox cannot be set up for a root caller."""
-    limits = limits or Limits()
     deadline = time.monotonic() + timeout_s
-    as_root = os.geteuid() == 0
-    files = dict(files or {})
     with ExitStack() as stack:
         stdio = [stack.enter_context(memfd(name, text)) for name, text in (("stdin", stdin), ("out", ""), ("err", ""))]
-        command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
-                   "--cap-drop", "ALL"]  # fmt: skip
-        if as_root:  # the namespace's uid map is written below, while bwrap waits on --userns-block-fd
-            (info_r, info_w), (block_r, block_w) = os.pipe(), os.pipe()
-            stack.callback(os.close, info_r)
-            stack.callback(os.close, block_w)
-            handoff = [info_w, block_r]
-            command += ["--info-fd", str(info_w), "--userns-block-fd", str(block_r),
-                        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
-        else:  # bwrap maps SANDBOX_UID to the caller's uid itself
-            handoff = []
-            command += ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        config = {"drop_to": SANDBOX_UID if as_root else None, "limits": rlimits(limits, count_processes=True),
-                  "argv": list(argv)}  # fmt: skip
-        command += [*_filesystem_args(files, limits, workdir), sys.executable, "-I", "-S", "-c", BOOTSTRAP,
-                    json.dumps(config)]  # fmt: skip
-        try:
-            proc = subprocess.Popen(
-                command, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env={},
-                pass_fds=[*handoff, *files.values()], extra_groups=[] if as_root else None,
-            )  # fmt: skip
-        finally:
-            for fd in handoff:  # bwrap holds its own copies
-                os.close(fd)
-        stack.callback(reap, proc)
-        if as_root:
-            child = _read_child_pid(info_r, deadline)
-            if child is None:  # bwrap failed before it made the sandbox: its stderr says why
-                proc.kill()
-            else:
-                _map_sandbox_user(child)
-                os.write(block_w, b"x")
+        proc = start_isolated(
+            stack, bwrap, argv, stdio=(stdio[0], stdio[1], stdio[2]), deadline=deadline, limits=limits,
+            files=files, workdir=workdir,
+        )  # fmt: skip
         timed_out = wait_until(proc, deadline)
         return RunResult(read_all(stdio[1]), read_all(stdio[2]), None if timed_out else proc.returncode, timed_out)
+
+
+def start_isolated(
+    stack: ExitStack,
+    bwrap: str,
+    argv: Sequence[str],
+    *,
+    stdio: tuple[int, int, int],
+    deadline: float,
+    limits: Limits | None = None,
+    files: Mapping[str, int] | None = None,
+    workdir: tuple[Path, bool] | None = None,
+    keep_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in a sandbox as `run_isolated` describes, on the given stdin, stdout and stderr descriptors,
+    with `keep_fds` open in it under the same numbers (pipes to another sandbox, say). `stack` kills and reaps it
+    when it closes; `deadline` bounds only the set-up here."""
+    limits = limits or Limits()
+    as_root = os.geteuid() == 0
+    files = dict(files or {})
+    command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
+               "--cap-drop", "ALL"]  # fmt: skip
+    if as_root:  # the namespace's uid map is written below, while bwrap waits on --userns-block-fd
+        (info_r, info_w), (block_r, block_w) = os.pipe(), os.pipe()
+        stack.callback(os.close, info_r)
+        stack.callback(os.close, block_w)
+        handoff = [info_w, block_r]
+        command += ["--info-fd", str(info_w), "--userns-block-fd", str(block_r),
+                    "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
+    else:  # bwrap maps SANDBOX_UID to the caller's uid itself
+        handoff = []
+        command += ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    config = {"drop_to": SANDBOX_UID if as_root else None, "limits": rlimits(limits, count_processes=True),
+              "argv": list(argv)}  # fmt: skip
+    command += [*_filesystem_args(files, limits, workdir), sys.executable, "-I", "-S", "-c", BOOTSTRAP,
+                json.dumps(config)]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            command, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env={},
+            pass_fds=[*handoff, *files.values(), *keep_fds], extra_groups=[] if as_root else None,
+        )  # fmt: skip
+    finally:
+        for fd in handoff:  # bwrap holds its own copies
+            os.close(fd)
+    stack.callback(reap, proc)
+    if as_root:
+        child = _read_child_pid(info_r, deadline)
+        if child is None:  # bwrap failed before it made the sandbox: its stderr says why
+            proc.kill()
+        else:
+            _map_sandbox_user(child)
+            os.write(block_w, b"x")
+    return proc
 
 
 def _filesystem_args(files: Mapping[str, int], limits: Limits, workdir: tuple[Path, bool] | None) -> list[str]:

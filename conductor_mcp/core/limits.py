@@ -18,7 +18,10 @@ MAX_TOOLS_CHARS = 200_000  # their definitions, as JSON (Codex sends ~20 KB)
 MAX_TOOL_OUTPUT_CHARS = MAX_TASK_CHARS  # one tool result the client sends back; a longer one is cut, with a note
 MAX_SEEN_OUTPUT_CHARS = 48_000  # a step's output as later steps see it (the cut is recorded)
 MAX_RUNS_LISTED = 100  # runs in one listing (a page of the viewer, the runs tool, the CLI)
+MAX_MCP_MESSAGE_BYTES = 4 * 1024 * 1024  # one MCP message, on stdio and over HTTP (the SDK's own cap)
 MAX_BODY_BYTES = 8 * 1024 * 1024  # an HTTP request body on the OpenAI door: a long Codex history fits
+MAX_FORM_BODY_BYTES = 16 * 1024  # the viewer's sign-in form: a token and a target path
+MAX_OTHER_BODY_BYTES = 64 * 1024  # every other HTTP route takes no body
 
 
 def max_calls(steps: int) -> int:

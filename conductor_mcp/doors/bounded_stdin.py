@@ -18,9 +18,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from conductor_mcp.core.limits import MAX_MCP_MESSAGE_BYTES
 from conductor_mcp.logs import get_logger
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the streamable HTTP transport's cap on a request body
 CHUNK_BYTES = 64 * 1024
 PREFIX_BYTES = 512  # how much of a dropped line is kept, to find its request id
 # A request id among the first members of the message, before any nested value (so never one inside params).
@@ -30,7 +30,7 @@ log = get_logger(__name__)
 
 
 @contextmanager
-def bounded_stdin(limit: int = MAX_MESSAGE_BYTES) -> Iterator[None]:
+def bounded_stdin(limit: int = MAX_MCP_MESSAGE_BYTES) -> Iterator[None]:
     """While inside, fd 0 yields stdin's lines of at most `limit` bytes; longer ones are dropped."""
     source = os.dup(0)
     read_end, write_end = os.pipe()

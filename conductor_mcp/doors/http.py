@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
+from conductor_mcp.doors.auth_guard import AuthThrottle, check_token
+from conductor_mcp.doors.http_guard import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.doors.openai import error_body, openai_routes
@@ -84,37 +86,45 @@ class BearerTokenMiddleware:
         self.app = app
         self.expected = token.encode()
         self.viewer = viewer
+        self.throttle = viewer.throttle if viewer is not None else AuthThrottle()  # the viewer's form shares it
 
-    def _authorized(self, header: bytes) -> bool:
+    def _authorized(self, header: bytes, client: str) -> bool:
+        """Whether the Authorization header holds the token; a wrong one presented counts against `client`."""
         scheme, _, credentials = header.partition(b" ")
-        matches = hmac.compare_digest(credentials.strip(b" "), self.expected)
-        return matches and scheme.lower() == b"bearer"
+        matches = hmac.compare_digest(credentials.strip(b" "), self.expected) and scheme.lower() == b"bearer"
+        if header and not matches:
+            self.throttle.failed(client)
+        return matches
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = dict(scope.get("headers") or [])
-            supplied = headers.get(b"authorization", b"")
-            path = scope.get("path", "")
-            if self.viewer is not None and (path == "/ui" or path.startswith("/ui/")):
+            supplied, path = headers.get(b"authorization", b""), scope.get("path", "")
+            client = (scope.get("client") or ("",))[0]
+            viewer = self.viewer is not None and (path == "/ui" or path.startswith("/ui/"))
+            if supplied and (wait := self.throttle.retry_after(client)) is not None:
+                return await _refuse(send, 429, f"too many wrong tokens from {client}: retry in {wait} s", wait)
+            if viewer and self.viewer is not None:
                 cookie = headers.get(b"cookie", b"").decode("latin-1")
-                if is_open_path(path) or self._authorized(supplied) or self.viewer.cookie_matches(cookie):
+                if is_open_path(path) or self._authorized(supplied, client) or self.viewer.cookie_matches(cookie):
                     await self.app(scope, receive, send)
                 else:
                     await login_page(path)(scope, receive, send)
                 return
-            if not self._authorized(supplied):
-                message = "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN>"
-                body = json.dumps(error_body(message, "invalid_request_error", "invalid_api_key")).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
+            if not self._authorized(supplied, client):
+                return await _refuse(send, 401, "missing or wrong bearer token: send Authorization: Bearer "
+                                     "<CONDUCTOR_HTTP_TOKEN>")  # fmt: skip
         await self.app(scope, receive, send)
+
+
+async def _refuse(send: Any, status: int, message: str, retry_after: int | None = None) -> None:
+    code = "invalid_api_key" if status == 401 else "rate_limit_exceeded"
+    body = json.dumps(error_body(message, "invalid_request_error", code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def host_patterns(name: str) -> list[str]:
@@ -148,6 +158,8 @@ def _security(host: str, token: str | None, allowed_hosts: list[str]) -> Transpo
         raise RequestError(
             f"host: binding to {host!r} exposes the server beyond this machine; set CONDUCTOR_HTTP_TOKEN"
         )
+    if token:
+        check_token(token, is_loopback(host))
     names = ["127.0.0.1", "localhost", "::1", *allowed_hosts]
     if host in WILDCARD_HOSTS:
         names += machine_names()
@@ -182,16 +194,25 @@ def http_app(
         guard = TransportSecurityMiddleware(security)
         app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request), links))
         app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
+    app.add_middleware(BodyLimit)
     return BearerTokenMiddleware(app, token, viewer) if token else app
 
 
 def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) -> Any:
     """The run viewer alone (`conductor-mcp view`): read only, behind the Host check and its own token."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
 
     guard = TransportSecurityMiddleware(_security(host, token, []))
-    app = Starlette(routes=viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
-    return BearerTokenMiddleware(app, token, viewer)
+    routes = viewer_routes(service, viewer, lambda request: guard.validate_request(request))
+    return BearerTokenMiddleware(Starlette(routes=routes, middleware=[Middleware(BodyLimit)]), token, viewer)
+
+
+def connection_limits(service: RunReader) -> dict[str, Any]:
+    """uvicorn's settings for slow and half-open connections and keep-alive (doors/http_guard.py)."""
+    settings = service.settings
+    protocol = guarded_http(settings.http_header_timeout_s, connection_cap(settings.http_max_connections))
+    return {"http": protocol, "timeout_keep_alive": KEEP_ALIVE_S}
 
 
 def base_url(host: str, port: int) -> str:
@@ -223,7 +244,7 @@ async def serve_http(
     app = http_app(build_server(service, links), host, token, allowed_hosts, service, viewer, links)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **connection_limits(service),
     )  # fmt: skip
     log.info("http_listening", url=f"http://{host}:{port}/mcp", openai=f"http://{host}:{port}/v1",
              auth="bearer" if token else "none")  # fmt: skip
@@ -242,6 +263,6 @@ async def serve_viewer(
     announce(sock.getsockname()[1])
     config = uvicorn.Config(
         viewer_app(service, host, token, viewer), log_level="warning", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **connection_limits(service),
     )  # fmt: skip
     await uvicorn.Server(config).serve(sockets=[sock])

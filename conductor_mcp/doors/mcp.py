@@ -24,7 +24,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from conductor_mcp import __version__
-from conductor_mcp.context_files import read_context_files, roots_from_uris
+from conductor_mcp.context_files import effective_roots, read_context_files, roots_from_uris
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
 from conductor_mcp.core.prompts import with_files
@@ -56,7 +56,7 @@ from conductor_mcp.doors.results import (
     runs_result,
 )
 from conductor_mcp.doors.tasks import TasksExtension, hand_over
-from conductor_mcp.errors import ConductorError, PoolError
+from conductor_mcp.errors import ConductorError, PoolError, RequestError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.service import Service
 
@@ -111,7 +111,8 @@ def conductor_errors(kind: type[Exception] = ToolError) -> Iterator[None]:
 
 
 async def client_roots(ctx: Context) -> list[Path] | None:
-    """The client's declared roots (local directories), or None when it declares none or cannot be asked."""
+    """The client's declared roots (local directories), or None when it declares none or cannot be asked; a
+    client that declares roots but fails to list them gets an error (the roots it meant are unknown)."""
     capabilities = ctx.session.client_capabilities
     if capabilities is None or capabilities.roots is None or not ctx.session.can_send_request:
         return None  # 2026-07-28-era connections have no roots (SEP-2577): the server's roots apply
@@ -119,9 +120,9 @@ async def client_roots(ctx: Context) -> list[Path] | None:
         with warnings.catch_warnings():  # roots are deprecated in the 2026-07-28 era, and still what hosts send
             warnings.simplefilter("ignore")
             listed = await ctx.session.list_roots()
-    except Exception as exc:  # a client that declared roots but cannot answer: fall back to the server's
+    except Exception as exc:
         log.warning("client_roots_unavailable", error=f"{type(exc).__name__}: {exc}")
-        return None
+        raise RequestError(f"files: the client declares roots but listing them failed ({type(exc).__name__})") from None
     return roots_from_uris([str(root.uri) for root in listed.roots])
 
 
@@ -131,8 +132,8 @@ async def context_with_files(
     """The caller's context with the named files appended (each marked with its path), and their records."""
     if not files:
         return context, ()
-    roots = await client_roots(ctx) or service.settings.file_roots
-    read = read_context_files(files, roots, len(context or ""))
+    roots = effective_roots(service.settings.file_roots, await client_roots(ctx))
+    read = await read_context_files(files, roots, len(context or ""))
     return with_files(context, [(f.ref.path, f.text) for f in read]), tuple(f.ref for f in read)
 
 

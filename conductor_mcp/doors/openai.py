@@ -17,7 +17,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from conductor_mcp.core.events import ProgressEvent
-from conductor_mcp.core.limits import MAX_BODY_BYTES
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.links import Links
@@ -125,6 +124,12 @@ class OpenAIDoor:
                 return await handler(request)
             except ConductorError as exc:
                 return openai_error(exc, names)
+            except RecursionError:  # a body nested deeper than the code that walks it
+                return openai_error(RequestError("body: nested too deeply; send a flatter object"), names)
+            except Exception:  # a bug: still an answer in OpenAI's shape, and the connection stays usable
+                log.exception("openai_door_crashed", path=request.url.path)
+                body = error_body("internal error; the server's log has the details", "server_error", "internal_error")
+                return JSONResponse(body, 500, headers=NO_RETRY)
 
         return endpoint
 
@@ -145,7 +150,7 @@ class OpenAIDoor:
         previous = body.get("previous_response_id")
         if previous is not None and not isinstance(previous, str):
             raise RequestError("previous_response_id: must be a response id (resp_...)")
-        previous_run = run_of_response(previous) if previous else None
+        previous_run = run_of_response(previous) if previous is not None else None
         reply = responses_tool_reply(body, previous_run)
         if reply is not None:
             return await self._respond(self._go_on(reply), reply.model, reply.stream, ResponsesStream)
@@ -221,14 +226,12 @@ class OpenAIDoor:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    declared = request.headers.get("content-length", "0")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise RequestTooLarge(f"body: {declared} bytes, over the limit of {MAX_BODY_BYTES}")
+    """The request's JSON object; its size was capped before it was read (doors/http_guard.py)."""
     raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise RequestTooLarge(f"body: {len(raw)} bytes, over the limit of {MAX_BODY_BYTES}")
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise RequestError("body: JSON nested too deeply; send a flatter object") from None
     except ValueError:
         raise RequestError("body: not valid JSON; send a JSON object") from None
     if not isinstance(body, dict):

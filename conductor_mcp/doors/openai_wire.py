@@ -8,6 +8,7 @@ messages, earlier turns, tool calls and their outputs) becomes the run's context
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ UNSUPPORTED_PARTS = {
     "input_audio": "audio", "audio": "audio",
 }  # fmt: skip
 SKIPPED_ITEMS = {"reasoning", "item_reference"}  # encrypted or unresolvable: nothing a worker could read
+RESPONSE_ID = re.compile(r"^resp_([0-9A-Za-z]{1,64})(?:_\d{1,6})?$")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ def _part_text(part: Any, where: str) -> str:
     if isinstance(part, str):
         return part
     kind = part.get("type") if isinstance(part, dict) else None
+    kind = kind if isinstance(kind, str) else None
     if kind in TEXT_PARTS and isinstance(part.get("text"), str):
         return part["text"]
     if kind in UNSUPPORTED_PARTS:
@@ -71,6 +74,8 @@ def _item_turn(item: Any, where: str) -> tuple[str, str] | None:
     if not isinstance(item, dict):
         raise RequestError(f"{where}: must be an object (a message or an item)")
     kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise RequestError(f"{where}.type: must be a string such as 'message', got {kind!r:.40}")
     if kind == "message":
         role = item.get("role")
         if not isinstance(role, str):
@@ -87,12 +92,22 @@ def _item_turn(item: Any, where: str) -> tuple[str, str] | None:
     return str(kind), json.dumps({k: v for k, v in item.items() if k != "id"})
 
 
+def _called(call: Any, where: str) -> str:
+    """An assistant message's tool call, as the context shows it."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        raise RequestError(f"{where}: must be a tool call object with a 'function' object (name, arguments)")
+    return f"(called tool {function.get('name')} with arguments {function.get('arguments')})"
+
+
 def _chat_turn(message: Any, where: str) -> tuple[str, str]:
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise RequestError(f"{where}: must be a message object with a role")
     role, text = message["role"], _content_text(message.get("content"), where)
-    calls = [f"(called tool {c.get('function', {}).get('name')} with arguments "
-             f"{c.get('function', {}).get('arguments')})" for c in message.get("tool_calls") or []]  # fmt: skip
+    tool_calls = message.get("tool_calls") or []
+    if not isinstance(tool_calls, list):
+        raise RequestError(f"{where}.tool_calls: must be a list of tool calls")
+    calls = [_called(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(tool_calls)]
     if role == "tool":
         text = f"(output of tool call {message.get('tool_call_id')})\n{text}"
     return role, "\n".join(t for t in [text, *calls] if t)
@@ -154,7 +169,9 @@ def responses_request(body: dict[str, Any], earlier: list[tuple[str, str]] | Non
         turns.insert(0, ("instructions", _content_text(instructions, "instructions")))
     task, context = _task_and_context(turns, "input")
     reasoning = body.get("reasoning") or {}
-    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    if not isinstance(reasoning, dict):
+        raise RequestError(f'reasoning: must be an object such as {{"effort": "high"}}, got {reasoning!r}')
+    effort = reasoning.get("effort")
     fields = _run_fields(body, body.get("max_output_tokens"), effort, "reasoning.effort")
     return Asked(model, task, context, bool(body.get("stream")), fields)
 
@@ -240,8 +257,11 @@ def response_id(run: Run) -> str:
 
 
 def run_of_response(identifier: str) -> str:
-    """The run a response id belongs to."""
-    return identifier.removeprefix("resp_").split("_", 1)[0]
+    """The run a response id (`resp_<run id>` or `resp_<run id>_<n>`) belongs to; RequestError for another."""
+    match = RESPONSE_ID.match(identifier)
+    if match is None:
+        raise RequestError(f"previous_response_id: {identifier[:80]!r} is not a response id of this server (resp_...)")
+    return match.group(1)
 
 
 def pending_calls(run: Run) -> list[ToolCall]:

@@ -4,13 +4,13 @@ A door like the others: it reads runs through a RunReader (the service under `se
 under `conductor-mcp view`), never writes one, and renders them. Live updates are server-sent events fed by the
 reader's `follow`: the same progress events the MCP door reports for runs executing here or on a replica, and
 the store's changes for a run executing in another process. The browser never polls. Sign-in: the bearer
-header, or an HttpOnly SameSite=Strict cookie set from a one-time login code (the code is single-use, expires,
-and is not the token) or from the token posted in a form body; the token never travels in a URL.
+header, or a session cookie (a new, expiring, revocable session per login: doors/viewer_sessions.py) set from a
+one-time login code (single-use, expires, not the token) or from the token posted in a form body (wrong ones
+are throttled); the token never travels in a URL. POST /ui/logout ends the session.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import secrets
@@ -26,6 +26,8 @@ from starlette.routing import Route
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import RUN_STATUSES
 from conductor_mcp.doors import viewer_html as html
+from conductor_mcp.doors.auth_guard import AuthThrottle
+from conductor_mcp.doors.viewer_sessions import SESSION_TTL_S, Sessions
 from conductor_mcp.errors import ConductorError, RequestError, RunNotFound, StepNotFound, StoreError
 
 if TYPE_CHECKING:
@@ -46,18 +48,18 @@ SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "x-frame-options": "DENY",
 }
-COOKIE = "conductor_viewer"
 CODE_TTL_S = 300.0
 PAGE_SIZE = 50
 
 
 class ViewerAuth:
-    """The viewer's session cookie and one-time login codes, derived from the server's bearer token."""
+    """How a browser signs in to the viewer: one-time login codes, then a session cookie (doors/viewer_sessions.py);
+    and the record of failed token sign-ins that every door shares (doors/auth_guard.py)."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, session_ttl_s: float = SESSION_TTL_S) -> None:
         self.token = token
-        digest = hmac.new(token.encode(), b"conductor-mcp viewer session", hashlib.sha256) if token else None
-        self.session = digest.hexdigest() if digest else None  # not the token: a cookie cannot call /mcp or /v1
+        self.sessions = Sessions(token, session_ttl_s) if token else None  # not the token: no /mcp, no /v1
+        self.throttle = AuthThrottle()
         self._codes: dict[str, float] = {}
 
     def mint(self) -> str:
@@ -76,20 +78,24 @@ class ViewerAuth:
         return self.token is not None and hmac.compare_digest(supplied.encode(), self.token.encode())
 
     def cookie_matches(self, cookie_header: str) -> bool:
-        if self.session is None:
-            return False
-        for part in cookie_header.split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == COOKIE and hmac.compare_digest(value.encode(), self.session.encode()):
-                return True
-        return False
+        return self.sessions is not None and self.sessions.find(cookie_header) is not None
 
-    def signed_in(self, target: str) -> Response:
-        """Redirect to `target` (a viewer path only) with the session cookie set."""
+    def signed_in(self, target: str, https: bool) -> Response:
+        """Redirect to `target` (a viewer path only) with a new session's cookie set."""
         response = RedirectResponse(target if _viewer_path(target) else "/ui/", status_code=303)
-        if self.session:
-            response.set_cookie(COOKIE, self.session, path="/ui/", httponly=True, samesite="strict")
+        if self.sessions is not None:
+            self.sessions.set_cookie(response, self.sessions.issue(), https)
         return secured(response)
+
+    def signed_out(self, cookie_header: str) -> Response:
+        """End the browser's session (revoked here, its cookie cleared) and show the sign-in page."""
+        if self.sessions is not None:
+            session = self.sessions.find(cookie_header)
+            if session is not None:
+                self.sessions.revoke(session)
+        response = login_page("/ui/", status=200)
+        Sessions.clear_cookies(response)
+        return response
 
 
 def _viewer_path(target: str) -> bool:
@@ -144,18 +150,19 @@ class Viewer:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/ui", lambda _: RedirectResponse("/ui/", status_code=308)),
+            Route("/ui", self._guarded(self.home)),
             Route("/ui/", self._guarded(self.runs)),
             Route("/ui/runs/{run_id}", self._guarded(self.run)),
             Route("/ui/runs/{run_id}/events", self._guarded(self.events)),
             Route("/ui/runs/{run_id}/steps/{key}/messages", self._guarded(self.messages)),
             Route("/ui/login", self._guarded(self.login), methods=["GET", "POST"]),
             Route("/ui/login-codes", self._guarded(self.login_code), methods=["POST"]),
+            Route("/ui/logout", self._guarded(self.logout), methods=["POST"]),
             Route("/ui/static/{name}", self._guarded(self.static)),
         ]
 
     def _guarded(self, handler: Handler) -> Handler:
-        """The Host/Origin check (DNS rebinding) first; bad input and unknown runs as plain pages."""
+        """The Host/Origin check (DNS rebinding) first; bad input, unknown runs and a failing store as pages."""
 
         async def endpoint(request: Request) -> Response:
             if self.guard is not None and (refused := await self.guard(request)) is not None:
@@ -166,6 +173,9 @@ class Viewer:
                 return viewer_error(exc)
 
         return endpoint
+
+    async def home(self, request: Request) -> Response:
+        return secured(RedirectResponse("/ui/", status_code=308))
 
     async def runs(self, request: Request) -> Response:
         """The run list: newest first, filtered by status and pool, PAGE_SIZE rows a page (keyset paging)."""
@@ -215,18 +225,27 @@ class Viewer:
         yield _sse("end", {"status": self.service.get_run(run_id).status})
 
     async def login(self, request: Request) -> Response:
-        """GET with a one-time code, or POST the token in a form body: either sets the session cookie."""
+        """GET with a one-time code, or POST the token in a form body: either starts a session (a new cookie)."""
+        https, target = request.url.scheme == "https", request.query_params.get("next", "/ui/")
         if self.auth.token is None:
-            return self.auth.signed_in(request.query_params.get("next", "/ui/"))
+            return self.auth.signed_in(target, https)
         if request.method == "GET":
             if self.auth.redeem(request.query_params.get("code", "")):
-                return self.auth.signed_in(request.query_params.get("next", "/ui/"))
+                return self.auth.signed_in(target, https)
             return login_page("/ui/", status=403)
+        client = request.client.host if request.client else ""
+        if (wait := self.auth.throttle.retry_after(client)) is not None:
+            page = html.message_page("Too many sign-in attempts", f"Wrong tokens were sent; try again in {wait} s.")
+            return secured(HTMLResponse(page, status_code=429, headers={"retry-after": str(wait)}))
         form = await request.form()
         target = str(form.get("next") or "/ui/")
         if self.auth.token_matches(str(form.get("token") or "")):
-            return self.auth.signed_in(target)
+            return self.auth.signed_in(target, https)
+        self.auth.throttle.failed(client)
         return login_page(target, status=403)
+
+    async def logout(self, request: Request) -> Response:
+        return self.auth.signed_out(request.headers.get("cookie", ""))
 
     async def login_code(self, request: Request) -> Response:
         """A one-time login URL for a browser, minted for a client that holds the token."""

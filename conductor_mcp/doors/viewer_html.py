@@ -74,7 +74,8 @@ def list_page(rows: list[dict[str, Any]], filters: dict[str, str], pools: list[s
         pager += f'<a class="older" href="/ui/?{urlencode({**filters, "before": older})}">older →</a>'
     pager += "</nav>"
     table = f'<table class="runs"><thead>{head}</thead><tbody>{body}</tbody></table>'
-    return page("conductor-mcp runs", f"<h1>Runs</h1>{form}{table}{pager}")
+    sign_out = '<form class="sign-out" method="post" action="/ui/logout"><button type="submit">sign out</button></form>'
+    return page("conductor-mcp runs", f"<h1>Runs</h1>{form}{table}{pager}{sign_out}")
 
 
 def _list_row(row: dict[str, Any]) -> str:

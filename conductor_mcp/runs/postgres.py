@@ -34,6 +34,7 @@ from conductor_mcp.runs.store import (
     StoreStats,
     build_run,
     run_row,
+    safe_params,
     step_row,
 )
 
@@ -50,11 +51,6 @@ _SAVE_STEP = (
     "ON CONFLICT (run_id, key) DO UPDATE SET status = excluded.status, record = excluded.record, "
     "messages = COALESCE(excluded.messages, steps.messages)"
 )
-
-
-def _text(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """PostgreSQL text cannot hold NUL; JSON columns escape it already, a raw task column needs it replaced."""
-    return tuple(v.replace("\x00", "\ufffd") if isinstance(v, str) else v for v in row)
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -85,7 +81,8 @@ class PostgresStore(Store):
 
     backend = "postgresql"
     MARK = "%s"
-    TOTALS_JSON = "(doc::jsonb -> 'totals')::text"
+    # A row stored by an earlier version may hold `\u0000`, which jsonb (and json's ->) refuse: read it as U+FFFD.
+    TOTALS_JSON = "(replace(doc, '\\u0000', '\\ufffd')::jsonb -> 'totals')::text"
 
     def __init__(self, url: str, max_connections: int = 8) -> None:
         self.url = url
@@ -136,7 +133,7 @@ class PostgresStore(Store):
     def save_run(self, run: Run) -> None:
         run.updated_at = now()
         with self.connection(run.id) as conn:
-            conn.execute(_SAVE_RUN, _text(run_row(run)))
+            conn.execute(_SAVE_RUN, run_row(run))
 
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         with self.connection(run_id) as conn:
@@ -149,7 +146,7 @@ class PostgresStore(Store):
             changed = change(run)
             if changed is not None:
                 run.updated_at = now()
-                conn.execute(_SAVE_RUN, _text(run_row(run)))
+                conn.execute(_SAVE_RUN, run_row(run))
                 for position in changed:
                     conn.execute(_SAVE_STEP, step_row(run_id, position, run.steps[position], None))
         return run
@@ -161,15 +158,15 @@ class PostgresStore(Store):
     @staticmethod
     def _load(conn: psycopg.Connection[Any], run_id: str, for_update: bool) -> Run:
         query = "SELECT doc FROM runs WHERE id = %s FOR UPDATE" if for_update else "SELECT doc FROM runs WHERE id = %s"
-        row = conn.execute(query, (run_id,)).fetchone()
+        row = conn.execute(query, safe_params((run_id,))).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        steps = conn.execute("SELECT record FROM steps WHERE run_id = %s ORDER BY seq", (run_id,)).fetchall()
-        return build_run(row[0], [r[0] for r in steps])
+        steps = conn.execute("SELECT record FROM steps WHERE run_id = %s ORDER BY seq", safe_params((run_id,)))
+        return build_run(row[0], [r[0] for r in steps.fetchall()])
 
     def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
         with self.connection() as conn:
-            return conn.execute(query, params).fetchall()
+            return conn.execute(query, safe_params(params)).fetchall()
 
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
         with self.connection(run_id) as conn:

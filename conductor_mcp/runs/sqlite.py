@@ -30,6 +30,7 @@ from conductor_mcp.runs.store import (
     StoreStats,
     build_run,
     run_row,
+    safe_params,
     step_row,
 )
 
@@ -131,8 +132,8 @@ class SqliteStore(Store):
             try:
                 yield
             except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(sqlite3.Error):  # a closed connection cannot even say whether it is in one
+                    if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
                 raise StoreError(_advice(self.path, exc, run_id)) from None
 
@@ -170,15 +171,16 @@ class SqliteStore(Store):
             return self._load(run_id)
 
     def _load(self, run_id: str) -> Run:
-        row = self._db.execute("SELECT doc FROM runs WHERE id = ?", (run_id,)).fetchone()
-        steps = self._db.execute("SELECT record FROM steps WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+        key = safe_params((run_id,))
+        row = self._db.execute("SELECT doc FROM runs WHERE id = ?", key).fetchone()
+        steps = self._db.execute("SELECT record FROM steps WHERE run_id = ? ORDER BY seq", key).fetchall()
         if row is None:
             raise RunNotFound(run_id)
         return build_run(row[0], [r[0] for r in steps])
 
     def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
         with self._guard():
-            return self._db.execute(query, params).fetchall()
+            return self._db.execute(query, safe_params(params)).fetchall()
 
     def file_bytes(self) -> int:
         """The store's size on disk: the database and its write-ahead log."""

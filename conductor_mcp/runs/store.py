@@ -17,10 +17,14 @@ replicas) never both take the same run. Every backend failure leaves as a StoreE
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, LiteralString
+
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import StepNotFound
@@ -94,15 +98,59 @@ class StoreInfo:
     problem: str | None = None
 
 
+# Text neither store can hold as it is: NUL (PostgreSQL text and jsonb refuse it, and jsonb its JSON escape
+# `\u0000` too) and lone surrogates (not encodable as UTF-8). Both become U+FFFD, the same in both stores.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def safe_text(text: str) -> str:
+    """`text` as both stores keep it: NUL and lone surrogates replaced by U+FFFD, everything else as it was."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def safe_params(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Query parameters (ids and filters from URLs, a run's columns) made safe: an id with a NUL in it matches
+    no run (RunNotFound) instead of failing the query."""
+    return tuple(safe_text(v) if isinstance(v, str) else v for v in params)
+
+
+def _safe_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, list | tuple):
+        return [_safe_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {safe_text(str(k)): _safe_strings(v) for k, v in value.items()}
+    return value
+
+
+def safe_json(value: BaseModel | list[Any] | dict[str, Any], exclude: set[str] | None = None) -> str:
+    """A model (or plain JSON data) as JSON text both stores keep and PostgreSQL can cast to jsonb. The usual dump
+    is kept unless it holds `\u0000` or a lone surrogate; only then is the data walked and cleaned."""
+    try:
+        if isinstance(value, BaseModel):  # pydantic refuses lone surrogates itself (caught below)
+            text: str | None = value.model_dump_json(exclude=exclude)
+        else:
+            text = json.dumps(value, ensure_ascii=False)
+            text = None if _SURROGATE.search(text) else text
+    except PydanticSerializationError:
+        text = None
+    if text is not None and "\\u0000" not in text:
+        return text
+    data = value.model_dump(mode="json", exclude=exclude) if isinstance(value, BaseModel) else value
+    return json.dumps(_safe_strings(data), ensure_ascii=False)
+
+
 def run_row(run: Run) -> tuple[Any, ...]:
     """A run's header as the `runs` row both backends store (the steps go in rows of their own)."""
-    doc = run.model_dump_json(exclude={"steps"})
-    return (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task, doc)
+    columns = (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task)
+    return (*safe_params(columns), safe_json(run, exclude={"steps"}))
 
 
 def step_row(run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> tuple[Any, ...]:
-    encoded = json.dumps(messages) if messages is not None else None
-    return (run_id, record.key, seq, record.status, record.model_dump_json(), encoded)
+    encoded = safe_json(messages) if messages is not None else None
+    return (*safe_params((run_id, record.key)), seq, record.status, safe_json(record), encoded)
 
 
 def build_run(doc: str, records: list[str]) -> Run:

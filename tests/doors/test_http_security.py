@@ -21,7 +21,7 @@ from conductor_mcp.errors import SettingsError
 from conductor_mcp.service import Service
 from tests.conftest import INITIALIZE
 
-TOKEN = "t0ken-for-the-tests"
+TOKEN = "t0ken-for-the-tests-0123456789-abcdefghij"  # strong enough to serve beyond loopback
 
 
 @contextlib.asynccontextmanager

@@ -199,7 +199,7 @@ async def test_binding_beyond_loopback_requires_a_token(tmp_path: Path) -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10")
     with pytest.raises(RequestError, match="CONDUCTOR_HTTP_TOKEN"):
         http_app(server, "0.0.0.0", None, [])
-    app = http_app(server, "0.0.0.0", "token", [])
+    app = http_app(server, "0.0.0.0", "a-random-enough-token-0123456789-abcdef", [])
     assert isinstance(app, BearerTokenMiddleware)  # the token guards the app
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8765") as client:
         refused = await client.post("/mcp", json={}, headers={"Authorization": "Bearer wrong"})

@@ -19,7 +19,8 @@ from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, viewer_links
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.doors.viewer import COOKIE, ViewerAuth
+from conductor_mcp.doors.viewer import ViewerAuth
+from conductor_mcp.doors.viewer_sessions import COOKIE
 from conductor_mcp.service import Service
 from tests.conftest import (
     INITIALIZE,

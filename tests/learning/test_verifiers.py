@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,7 +162,17 @@ def test_verify_runs_code_tasks() -> None:
      True),
     ("def f(x):\n    return x", "assert f(1) < f(2) <= 2 != f(3)\nassert sorted([3, 1]) == f([1, 3])", True),
     ("from collections import Counter\ndef f(s):\n    return Counter(s)", "assert f('aab') == {'a': 2, 'b': 1}", True),
-    ("def f():\n    return float('nan')", "assert f() != 1", False),  # not a literal: it never compares
+    ("def f():\n    return float('nan')", "assert f() == f()", False),  # NaN compares as in Python
+    ("def f():\n    return float('-inf'), 2**100, b'\\x00', 1j", "assert f() == (-1e999, 2**100, b'\\x00', 1j)", True),
+    ("def f():\n    return iter([1])", "assert f()", False),  # not a plain value: it tests as nothing
+    ("def f(x):\n    return x * 2", "x = 3\nassert f(x) == 6\nassert all(f(i) == 2 * i for i in range(4))", True),
+    ("def f(x):\n    return x * 2", "import numpy as np\nassert np.allclose(f(1.5), 3.0)", True),
+    ("def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x",
+     "try:\n    f(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass", True),
+    ("def sorted(x):\n    return [1, 2, 3]\ndef f():\n    return [3, 2, 1]", "assert sorted(f()) == [1, 2, 3]", True),
+    ("def sorted(x):\n    return [1, 2, 3]\ndef f():\n    return [9]", "assert sorted(f()) == [1, 2, 3]", False),
+    ("import math\ndef f():\n    return 3.14159", "assert math.isclose(f(), math.pi, rel_tol=1e-5)", True),
+    ("import cmath as math\ndef f():\n    return 1", "assert math.isclose(f(), 1)", False),  # no math bound here
     ("def f():\n    raise ValueError\n", "assert f() == 1 or True", False),
     ("def f():\n    return 2", "assert f() == 2, 'the message is ignored'", True),
 ])  # fmt: skip
@@ -169,21 +180,30 @@ def test_assert_shapes(solution: str, tests: str, expected: bool) -> None:
     assert check_code(solution, tests) is expected
 
 
+@needs_bwrap
+def test_set_up_code_and_check_functions_as_mbpp_and_humaneval_have_them() -> None:
+    mbpp = {"setup": "import math\nclass Pair:\n    pass\nLIMIT = 10", "test": "assert area(2) < LIMIT * math.pi"}
+    assert check_code("def area(r):\n    return r * r", mbpp)
+    assert not check_code("def area(r):\n    return 100", mbpp)
+    humaneval = {"test": "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n",
+                 "entry_point": "total"}  # fmt: skip
+    assert check_code("def total(xs):\n    return sum(xs)", humaneval)
+    assert not check_code("def total(xs):\n    return 0", humaneval)
+    assert not check_code("def summed(xs):\n    return sum(xs)", humaneval)  # no such entry point
+    assert not check_code("def f():\n    return 1", "assert True")  # tests that never call the solution prove nothing
+
+
 @pytest.mark.parametrize(("tests", "message"), [
-    ("def check(candidate):\n    assert candidate(1) == 1", "line 1: only assert and import statements"),
-    ("x = 3\nassert f(x) == 1", "line 1: only assert and import"),
-    ("assert f(1)\nassert all(f(x) for x in [1, 2])", "line 2: unsupported in tests"),
-    ("assert f(1) == (lambda: 1)()", "unsupported in tests: `\\(lambda: 1\\)\\(\\)`"),
-    ("import numpy as np\nassert np.allclose(f(1), 1)", "line 2: unsupported in tests: `np.allclose"),
-    ("assert f(1) ** 2 == 1", "unsupported"),
-    ("from math import *\nassert f(1)", "only assert and import"),
-    ("import math", "no assert statements"),
-    ("assert f(1) ==", "not valid Python"),
+    ("def check(candidate):\n    assert candidate(1) == 1", "name the function to pass to it"),
+    ({"test": "assert f(1)", "typo": "x"}, "a dict of strings"),
+    ({"test": "assert f(1)", "setup": "def broken(:"}, "setup line 1: not valid Python"),
+    ("import math", "no assert \\(or raise\\) statements"),
+    ("assert f(1) ==", "tests line 1: not valid Python"),
 ])  # fmt: skip
-def test_unsupported_test_shapes_are_errors_not_passes(tests: str, message: str) -> None:
+def test_test_code_that_cannot_run_is_an_error_not_a_pass(tests: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_code(GOOD, tests)
-    with pytest.raises(ValueError, match="non-empty list"):
+    with pytest.raises(ValueError, match="list of"):
         check_code(GOOD, [])
 
 
@@ -212,17 +232,29 @@ sys.__stdout__.flush()
 os._exit(0)
 """
 FORGED_ANSWERS = """
-import json, os
-calls = json.load(open("calls.json"))["calls"]
-os.write(1, json.dumps([["ok", "True"]] * len(calls)).encode())
+import os
+forged = b'{"names": {"is_palindrome": ["remote"]}}\\n' + b'["ok", true]\\n' * 50
+for fd in range(3, 64):  # wherever the answers go: claim every call answered True
+    try:
+        os.write(fd, forged)
+    except OSError:
+        pass
 os._exit(0)
+"""
+ESCAPED_EXIT = """
+import os
+def is_palindrome(s):
+    os._exit(0)
 """
 
 
 @needs_bwrap
-@pytest.mark.parametrize("attack", [STACK_WALK, FORGED_ANSWERS])
+@pytest.mark.parametrize("attack", [STACK_WALK, FORGED_ANSWERS, ESCAPED_EXIT])
 def test_code_cannot_forge_the_verdict(attack: str) -> None:
     assert not check_code(f"```python\n{attack}\n```", PALINDROME_TESTS)
+    # test code that takes any exception for a pass (as a test that expects one does) swallows the exit too
+    catch_all = "try:\n    ok = is_palindrome('abc') is False\nexcept BaseException:\n    ok = True\nassert ok"
+    assert not check_code(f"```python\n{attack}\n```", catch_all) and check_code(GOOD, catch_all)
 
 
 @needs_bwrap
@@ -386,6 +418,14 @@ def test_converters(tmp_path: Path) -> None:
     lcb.write_text(json.dumps({"question_id": "q1", "question_content": "Add.", "public_test_cases": cases}) + "\n")
     (code_task,) = datasets.convert("livecodebench", lcb)
     assert code_task["tests"] == [{"input": "1 2\n", "output": "3\n"}]
+    mbpp = tmp_path / "mbpp.jsonl"
+    row = {"task_id": 7, "text": "Write a function area(r) of a circle.", "code": "", "test_setup_code": "import math",
+           "test_list": ["assert math.isclose(area(1), math.pi)", "assert area(0) == 0"]}  # fmt: skip
+    mbpp.write_text(json.dumps(row) + "\n")
+    (mbpp_task,) = datasets.convert("mbpp", mbpp)
+    assert mbpp_task["tests"] == {"test": "\n".join(row["test_list"]), "setup": "import math"}
+    if shutil.which("bwrap"):  # the set-up code runs beside the tests: the solution need not import math itself
+        assert verify(mbpp_task, "```python\ndef area(r):\n    return 3.141592653589793 * r * r\n```")
     with pytest.raises(datasets.DatasetError, match="not in the gpqa format"):
         datasets.convert("gpqa", mmlu)
     with pytest.raises(datasets.DatasetError, match="unknown format"):

@@ -115,18 +115,18 @@ async def test_response_format_is_enforced(vllm_base: str) -> None:
 async def test_plans_are_schema_valid_and_the_prefix_cache_is_hit(vllm_base: str, pool_dir: Path) -> None:
     workers = [{"id": i, "model": "sim/generalist", "description": f"worker {i}"} for i in ODD_IDS]
     vllm_pool(pool_dir, vllm_base, workers)
-    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
-    hits, queries = (
-        metric(vllm_base, "vllm:prefix_cache_hits_total"),
-        metric(vllm_base, "vllm:prefix_cache_queries_total"),
-    )
-    for task in ("What is 2 + 2?", "Name a prime number above 10.", "Summarise the causes of tides."):
-        run = await plan(service, task, pool="vllm")
-        assert run.fallback_reason is None and len(run.conductor_calls) == 1, run.conductor_calls
-        data = json.loads(run.conductor_calls[0].raw_output)
-        assert {s["worker"] for s in data["steps"]} <= set(ODD_IDS) and run.workflow.steps
-    assert metric(vllm_base, "vllm:prefix_cache_queries_total") > queries
-    assert metric(vllm_base, "vllm:prefix_cache_hits_total") > hits  # the shared pool prefix was served from cache
+    async with Service.open(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))) as service:
+        hits, queries = (
+            metric(vllm_base, "vllm:prefix_cache_hits_total"),
+            metric(vllm_base, "vllm:prefix_cache_queries_total"),
+        )
+        for task in ("What is 2 + 2?", "Name a prime number above 10.", "Summarise the causes of tides."):
+            run = await plan(service, task, pool="vllm")
+            assert run.fallback_reason is None and len(run.conductor_calls) == 1, run.conductor_calls
+            data = json.loads(run.conductor_calls[0].raw_output)
+            assert {s["worker"] for s in data["steps"]} <= set(ODD_IDS) and run.workflow.steps
+        assert metric(vllm_base, "vllm:prefix_cache_queries_total") > queries
+        assert metric(vllm_base, "vllm:prefix_cache_hits_total") > hits  # the shared pool prefix was served from cache
 
 
 @pytest.mark.skipif(not local.server_available(), reason="the local extra is not installed")
@@ -134,12 +134,12 @@ async def test_orchestrate_with_the_vllm_conductor_and_local_workers(vllm_base: 
     workers = [{"id": i, "model": "local/gemma3-270m", "prompt_style": "completion", "description": f"worker {i}",
                 "params": {"max_tokens": 32, "stop": ["\nQuestion:"]}} for i in ODD_IDS]  # fmt: skip
     vllm_pool(pool_dir, vllm_base, workers)
-    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
-    started = time.monotonic()
-    run = await orchestrate(service, "What is the capital of France?", pool="vllm", max_steps=2)
-    assert run.status == "done" and run.fallback_reason is None, (run.error, run.conductor_calls)
-    assert all(s.answered_by == "local/gemma3-270m" for s in run.steps)
-    assert time.monotonic() - started < 300
+    async with Service.open(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))) as service:
+        started = time.monotonic()
+        run = await orchestrate(service, "What is the capital of France?", pool="vllm", max_steps=2)
+        assert run.status == "done" and run.fallback_reason is None, (run.error, run.conductor_calls)
+        assert all(s.answered_by == "local/gemma3-270m" for s in run.steps)
+        assert time.monotonic() - started < 300
 
 
 async def test_a_lora_adapter_served_as_the_conductor_answers_orchestrate_through_the_mcp_door(
@@ -156,12 +156,14 @@ async def test_a_lora_adapter_served_as_the_conductor_answers_orchestrate_throug
         "workers": [{"id": d, "model": f"sim/{d}", "description": f"Strongest at {d}."} for d in ("math", "code")],
         "simulation": {"time_scale": 0},
     })  # fmt: skip
-    service = Service(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,)))
-    async with Client(build_server(service)) as client:
-        result = await client.call_tool("orchestrate", {"task": "Easy math task. Pitfall: units.", "pool": "adapter"})
-    assert not result.is_error, result.content
-    data = result.structured_content
-    assert data["status"] == "done" and data["answer"] and data["steps"], data
-    run = service.store.load_run(data["run_id"])
-    assert run.conductor_model == "hosted_vllm/conductor-lora" and run.fallback_reason is None, run.conductor_calls
-    assert len(run.conductor_calls) == 1 and json.loads(run.conductor_calls[0].raw_output)["steps"]
+    async with Service.open(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))) as service:
+        async with Client(build_server(service)) as client:
+            result = await client.call_tool(
+                "orchestrate", {"task": "Easy math task. Pitfall: units.", "pool": "adapter"}
+            )
+        assert not result.is_error, result.content
+        data = result.structured_content
+        assert data["status"] == "done" and data["answer"] and data["steps"], data
+        run = service.get_run(data["run_id"])
+        assert run.conductor_model == "hosted_vllm/conductor-lora" and run.fallback_reason is None, run.conductor_calls
+        assert len(run.conductor_calls) == 1 and json.loads(run.conductor_calls[0].raw_output)["steps"]

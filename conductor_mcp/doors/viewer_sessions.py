@@ -1,0 +1,82 @@
+"""The viewer's sign-in sessions: a random id per login, an expiry, revocable, in a signed cookie.
+
+A session is `<id>.<expiry>.<mac>`: 128 random bits, the Unix time it ends (SESSION_TTL_S after the login), and
+an HMAC of both under a key derived from the server's bearer token. So every replica and restart that shares
+the token accepts it (no session table to share), and changing the token ends every session. Signing out
+revokes the id in this process (until it would have expired anyway); other replicas keep accepting it until
+then, which the README says.
+
+Cookies are not scoped by port: any server on the same host name (another local account's listener on another
+loopback port, say) receives the cookie when the browser visits it, and can replay it here until it expires or
+is revoked. Over HTTPS (directly or behind a proxy that says so) the cookie is `__Host-conductor_viewer`:
+Secure, Path=/, no Domain, so it never travels over plain HTTP and no sibling host name can set or shadow it.
+Over plain HTTP, where browsers do not reliably keep a Secure cookie from 127.0.0.1, it is `conductor_viewer`
+with Path=/ui/; both are HttpOnly and SameSite=Strict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import secrets
+import time
+
+from starlette.responses import Response
+
+COOKIE = "conductor_viewer"
+SECURE_COOKIE = "__Host-conductor_viewer"
+SESSION_TTL_S = 8 * 3600
+
+
+class Sessions:
+    """Issues and checks signed session values; keeps the ids revoked here until they expire."""
+
+    def __init__(self, token: str, ttl_s: float = SESSION_TTL_S) -> None:
+        self._key = hmac.new(token.encode(), b"conductor-mcp viewer session key", hashlib.sha256).digest()
+        self.ttl_s = ttl_s
+        self._revoked: dict[str, float] = {}  # id -> when it would have expired
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        body = f"{secrets.token_urlsafe(16)}.{math.ceil(time.time() + self.ttl_s)}"
+        return f"{body}.{self._mac(body)}"
+
+    def check(self, value: str) -> str | None:
+        """The session's id when `value` is a session this server issued, unexpired and not revoked."""
+        body, _, mac = value.rpartition(".")
+        session_id, _, expiry = body.partition(".")
+        if not (session_id and expiry.isdigit() and hmac.compare_digest(mac.encode(), self._mac(body).encode())):
+            return None
+        if int(expiry) <= time.time() or session_id in self._revoked:
+            return None
+        return session_id
+
+    def revoke(self, value: str) -> None:
+        session_id = self.check(value)
+        if session_id is not None:
+            now = time.time()
+            self._revoked = {i: until for i, until in self._revoked.items() if until > now}
+            self._revoked[session_id] = int(value.split(".")[1])
+
+    def find(self, cookie_header: str) -> str | None:
+        """The first valid session value among a Cookie header's viewer cookies."""
+        for part in cookie_header.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name in (COOKIE, SECURE_COOKIE) and self.check(value) is not None:
+                return value
+        return None
+
+    def set_cookie(self, response: Response, value: str, https: bool) -> None:
+        if https:
+            response.set_cookie(SECURE_COOKIE, value, max_age=int(self.ttl_s), path="/", secure=True, httponly=True,
+                                samesite="strict")  # fmt: skip
+        else:
+            response.set_cookie(COOKIE, value, max_age=int(self.ttl_s), path="/ui/", httponly=True, samesite="strict")
+
+    @staticmethod
+    def clear_cookies(response: Response) -> None:
+        response.delete_cookie(COOKIE, path="/ui/", httponly=True, samesite="strict")
+        response.delete_cookie(SECURE_COOKIE, path="/", secure=True, httponly=True, samesite="strict")
