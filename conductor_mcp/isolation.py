@@ -74,7 +74,9 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class RunResult:
+class SandboxResult:
+    """What a program run in a sandbox printed and how it ended (doors/results.py's RunResult is a run's MCP result)."""
+
     stdout: str
     stderr: str
     exit_code: int | None  # None when it was stopped at the deadline
@@ -107,7 +109,7 @@ def run_isolated(
     limits: Limits | None = None,
     files: Mapping[str, int] | None = None,
     workdir: tuple[Path, bool] | None = None,
-) -> RunResult:
+) -> SandboxResult:
     """Run `argv` (an absolute program path first) in a sandbox, in WORKDIR: a private tmpfs holding `files`
     (name -> an open file descriptor, bound read-only), or the host directory `workdir[0]` bound there, writable
     when `workdir[1]`. Raises SandboxUnavailable when the sandbox cannot be set up for a root caller."""
@@ -119,7 +121,7 @@ def run_isolated(
             files=files, workdir=workdir,
         )  # fmt: skip
         timed_out = wait_until(proc, deadline)
-        return RunResult(read_all(stdio[1]), read_all(stdio[2]), None if timed_out else proc.returncode, timed_out)
+        return SandboxResult(read_all(stdio[1]), read_all(stdio[2]), None if timed_out else proc.returncode, timed_out)
 
 
 def start_isolated(

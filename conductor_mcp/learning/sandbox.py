@@ -30,7 +30,7 @@ from conductor_mcp.isolation import (
     BOOTSTRAP,
     SANDBOX_UID,
     Limits,
-    RunResult,
+    SandboxResult,
     bwrap_path,
     interpreter_dirs,
     memfd,
@@ -45,7 +45,7 @@ from conductor_mcp.isolation import (
 __all__ = [
     "SANDBOX_UID",
     "Limits",
-    "RunResult",
+    "SandboxResult",
     "SandboxUnavailable",
     "Sandboxed",
     "bwrap_path",
@@ -85,7 +85,7 @@ def run_python(
     timeout_s: float,
     limits: Limits | None = None,
     allow_unsafe_local_exec: bool = False,
-) -> RunResult:
+) -> SandboxResult:
     """Run `program` as a script in a sandbox, `files` (name -> text) read-only beside it in its working
     directory, `stdin` as its standard input. Raises SandboxUnavailable when bubblewrap cannot be used and
     `allow_unsafe_local_exec` is False."""
@@ -99,7 +99,7 @@ def run_python(
             )
         )  # fmt: skip
         timed_out = box.wait(deadline)
-        return RunResult(read_all(stdout_fd), box.stderr(), None if timed_out else box.proc.returncode, timed_out)
+        return SandboxResult(read_all(stdout_fd), box.stderr(), None if timed_out else box.proc.returncode, timed_out)
 
 
 @dataclass
