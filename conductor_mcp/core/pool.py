@@ -269,18 +269,20 @@ class Pool(BaseModel):
         """The workers that are agent CLIs."""
         return [w for w in self.workers if w.agent is not None]
 
-    def sample(self, k: int, seed: int) -> Pool:
-        """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""
+    def sample(self, k: int, seed: int | str, permute: bool = False) -> Pool:
+        """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training). With
+        `permute`, its workers come in random order, so an anonymised pool's `model_i` names a different worker
+        from draw to draw and a conductor must read the descriptions to know who is who."""
         if not 1 <= k <= len(self.workers):
             raise PoolError(f"sub-pool size must be between 1 and {len(self.workers)}, got {k}")
-        chosen = sorted(random.Random(seed).sample(range(len(self.workers)), k))
+        chosen = random.Random(seed).sample(range(len(self.workers)), k)
+        chosen = chosen if permute else sorted(chosen)
         workers = [self.workers[i] for i in chosen]
         kept = {w.id for w in workers}
         workers = [w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]}) for w in workers]
         default = self.default_worker if self.default_worker in kept else workers[0].id
-        return self.model_copy(
-            update={"name": f"{self.name}[k={k},seed={seed}]", "workers": workers, "default_worker": default}
-        )
+        name = f"{self.name}[k={k},seed={seed}{',permuted' if permute else ''}]"
+        return self.model_copy(update={"name": name, "workers": workers, "default_worker": default})
 
 
 def mask_values(value: Any) -> Any:

@@ -43,10 +43,10 @@ from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import card, datasets, warm_start
+from conductor_mcp.learning import card, decisions, warm_start
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
-from conductor_mcp.learning.sim_tasks import SIM_DOMAINS, SIM_SETS
+from conductor_mcp.learning.train_options import held_out_tasks, training_tasks
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.pools import load_pool
 from conductor_mcp.service import Service
@@ -54,82 +54,6 @@ from conductor_mcp.service import Service
 T = TypeVar("T")
 WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'
 WORKER_SUFFIX = '", "instruction": "Solve the task and state the final answer.", "access": []}]}'
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--base-model", default="Qwen/Qwen2.5-7B-Instruct", help="HF id or local folder")
-    parser.add_argument("--pool", default="sim", help="pool name or YAML path the conductor learns to use")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--dataset", action="append", help="JSONL task file(s) (datasets.py); repeatable")
-    source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks instead")
-    parser.add_argument("--sim-domains", default=",".join(SIM_DOMAINS), help="domains of the simulator tasks")
-    parser.add_argument("--sim-set", choices=sorted(SIM_SETS), default="plain",
-                        help="structured: the testbed's tasks (pool sim-structured)")  # fmt: skip
-    parser.add_argument("--eval-tasks", type=int, default=0, help="with --sim-tasks: held-out tasks to score")
-    parser.add_argument("--eval-dataset", action="append", help="held-out JSONL task file(s)")
-    parser.add_argument("--subpool-k", type=int, default=0, help="random k-of-n workers per prompt (0: all)")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--questions", type=int, default=4, help="questions per step")
-    parser.add_argument("--group-size", type=int, default=64, help="rollouts per question (GRPO group)")
-    parser.add_argument("--grad-accum", type=int, default=1,
-                        help="score a step's rollouts in N slices: the same update, 1/N the memory")  # fmt: skip
-    parser.add_argument("--lr", type=float, default=1e-6)
-    parser.add_argument("--beta", type=float, default=0.0,
-                        help="KL coefficient (paper: none); with --sft-steps, KL to the warm start")  # fmt: skip
-    parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus: keeps small groups exploring")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-completion-length", type=int, default=1024)
-    parser.add_argument("--max-steps-per-workflow", type=int, default=5)
-    parser.add_argument("--lora-r", type=int, default=16)
-    parser.add_argument("--lora-alpha", type=int, default=32)
-    parser.add_argument("--recursion-steps", type=int, default=0, help="final steps with the conductor in its pool")
-    parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
-    parser.add_argument("--completion", choices=["workflow", "worker"], default="workflow")
-    parser.add_argument(
-        "--sft-steps", type=int, default=0, help="warm start: SFT steps on the sim conductor's workflows"
-    )
-    parser.add_argument("--sft-lr", type=float, default=2e-4)
-    parser.add_argument("--sft-batch", type=int, default=8)
-    parser.add_argument("--sft-first-step-too", action="store_true",
-                        help="also imitate the first step alone of multi-step workflows (GRPO picks)")  # fmt: skip
-    parser.add_argument("--eval-warm-start", action="store_true", help="also score the held-out tasks after SFT")
-    parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
-    parser.add_argument("--unsafe-local-exec", action="store_true",
-                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    if not args.dataset and not args.sim_tasks:
-        parser.error("give --dataset or --sim-tasks")
-    args.sim_domains = args.sim_domains.split(",")
-    unknown = sorted(set(args.sim_domains) - set(SIM_DOMAINS))
-    if unknown:
-        parser.error(f"--sim-domains: unknown {unknown}; the simulator's domains are {list(SIM_DOMAINS)}")
-    if args.grad_accum < 1 or (args.questions * args.group_size) % args.grad_accum:
-        parser.error(f"--grad-accum must divide the step's {args.questions * args.group_size} rollouts")
-    if args.eval_tasks and not args.sim_tasks:
-        parser.error("--eval-tasks draws held-out simulated tasks; with --dataset give --eval-dataset instead")
-    return args
-
-
-def training_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    if args.sim_tasks:
-        return SIM_SETS[args.sim_set](args.sim_tasks, args.seed, args.sim_domains)
-    return _load_all(args.dataset)
-
-
-def held_out_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Tasks the policy never trains on: simulated ones from another seed, or --eval-dataset."""
-    if args.eval_dataset:
-        return _load_all(args.eval_dataset)
-    if args.sim_tasks and args.eval_tasks:
-        return SIM_SETS[args.sim_set](args.eval_tasks, args.seed + 1, args.sim_domains)
-    return []
-
-
-def _load_all(paths: list[str]) -> list[dict[str, Any]]:
-    return [task for path in paths for task in datasets.load(path)]
 
 
 def prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -147,29 +71,66 @@ def prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 
 
 def build_rows(
-    args: argparse.Namespace, pool: Pool, tokenizer: Any, tasks: list[dict[str, Any]], count: int, recursion_rows: int
-) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
-    """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name."""
+    args: argparse.Namespace, pool: Pool, tokenizer: Any, tasks: list[dict[str, Any]], count: int, recursion_rows: int,
+    held_out: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, Pool]]:  # fmt: skip
+    """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name.
+
+    Held-out rows draw their sub-pools from their own seeds, and never a worker order any training row has."""
     pools: dict[str, Pool] = {}
     rows = []
+    seen = {worker_order(p) for p in training_pools(args, pool, count)} if held_out and args.subpool_k else set()
     for i in range(count):
         task = tasks[i % len(tasks)]
-        sub = pool.sample(args.subpool_k, seed=args.seed * 100_003 + i) if args.subpool_k else pool
+        sub = held_out_pool(args, pool, task, seen) if held_out else training_pool(args, pool, i)
         if i >= count - recursion_rows:
             sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
         pools[sub.name] = sub
-        messages = prompts.conductor_messages(sub, args.max_steps_per_workflow, task["question"], None)
-        text = prompt_text(tokenizer, messages)
-        if args.completion == "worker":
-            text += WORKER_PREFILL
+        if args.completion == "decisions":
+            text = prompt_text(tokenizer, decisions.messages(sub, task["question"])) + decisions.PREFILL
+        else:
+            messages = prompts.conductor_messages(sub, args.max_steps_per_workflow, task["question"], None)
+            text = prompt_text(tokenizer, messages) + (WORKER_PREFILL if args.completion == "worker" else "")
         rows.append({"prompt": text, "task": json.dumps(task), "pool_name": sub.name})
     return rows, pools
 
 
-def completion_text(args: argparse.Namespace, completion: Any) -> str:
+def training_pool(args: argparse.Namespace, pool: Pool, i: int) -> Pool:
+    """The sub-pool of training row i (the whole pool without --subpool-k)."""
+    if not args.subpool_k:
+        return pool
+    seed: int | str = f"train:{args.seed}:{i}" if args.permute_ids else args.seed * 100_003 + i
+    return pool.sample(args.subpool_k, seed=seed, permute=args.permute_ids)
+
+
+def training_pools(args: argparse.Namespace, pool: Pool, count: int) -> list[Pool]:
+    """The sub-pools of the first `count` training rows: of a run's steps x questions, every one it trains on."""
+    return [training_pool(args, pool, i) for i in range(max(count, args.steps * args.questions))]
+
+
+def held_out_pool(args: argparse.Namespace, pool: Pool, task: dict[str, Any], avoid: set[tuple[str, ...]]) -> Pool:
+    """A held-out task's sub-pool: seeded by the task, redrawn until its worker order is not one in `avoid`."""
+    if not args.subpool_k:
+        return pool
+    for attempt in range(1000):
+        sub = pool.sample(args.subpool_k, seed=f"held-out:{args.seed}:{task['id']}:{attempt}", permute=args.permute_ids)
+        if worker_order(sub) not in avoid:
+            return sub
+    raise RequestError(f"no {args.subpool_k}-worker sub-pool of {pool.name!r} is left that training never drew")
+
+
+def worker_order(pool: Pool) -> tuple[str, ...]:
+    """Who is behind each visible id: the pool's worker ids in the order the conductor sees them."""
+    return tuple(w.id for w in pool.workers)
+
+
+def completion_text(args: argparse.Namespace, completion: Any, pool: Pool, task: dict[str, Any]) -> str:
+    """A completion as the workflow the reward runs (the encodings that write only part of it are filled in)."""
     text = completion if isinstance(completion, str) else completion[0]["content"]
     if args.completion == "worker":  # the policy wrote the worker id: close the one-step workflow around it
         return WORKER_PREFILL + text.split('"', 1)[0].strip() + WORKER_SUFFIX
+    if args.completion == "decisions":
+        return decisions.completion_workflow(text, pool, task)
     return text
 
 
@@ -236,13 +197,15 @@ def evaluate_policy(
 
     The completions go to OUT/held_out_<label>.jsonl, which tools/evaluate.py --workflows scores beside the baselines.
     """
-    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
+    subs = [pools[r["pool_name"]] for r in rows]
     written = greedy_completions(args, model, tokenizer, [r["prompt"] for r in rows])
-    completions = [completion_text(args, w["completion"]) for w in written]
-    outcomes = scorer(completions, tasks, [pools[r["pool_name"]] for r in rows])
-    with (args.out / f"held_out_{label}.jsonl").open("w") as sink:
-        for task, w, text in zip(tasks, written, completions, strict=True):
-            sink.write(json.dumps({"task_id": task["id"], **w, "completion": text}) + "\n")
+    completions = [completion_text(args, w["completion"], p, t) for w, p, t in zip(written, subs, tasks, strict=True)]
+    outcomes = scorer(completions, tasks, subs)
+    with (args.out / f"held_out_{label}.jsonl").open("w") as sink:  # with each task's sub-pool, for evaluate.py
+        for task, w, text, sub in zip(tasks, written, completions, subs, strict=True):
+            row = {"task_id": task["id"], **w, "written": w["completion"], "completion": text}
+            sink.write(json.dumps(row | {"pool_workers": list(worker_order(sub))}) + "\n")
     by_domain: dict[str, list[bool]] = {}
     for task, outcome in zip(tasks, outcomes, strict=True):
         by_domain.setdefault(task.get("domain") or "all", []).append(outcome.correct)
@@ -283,9 +246,17 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
         gradient_accumulation_steps=args.grad_accum,  # one generation of questions x group per optimizer step
         max_completion_length=args.max_completion_length,
         logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
-        vllm_mode="colocate", shuffle_dataset=False, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
+        vllm_mode="colocate", shuffle_dataset=args.shuffle, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
         gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation
+        mask_truncated_completions=args.mask_truncated, **dr_grpo_options(args),
     )  # fmt: skip
+
+
+def dr_grpo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The advantage scaling and loss type, only where given (else TRL's defaults): Dr. GRPO is
+    `--scale-rewards none --loss-type dr_grpo`, no per-group division that turns a cent of cost into a full sign."""
+    chosen = {"scale_rewards": args.scale_rewards, "loss_type": args.loss_type}
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any,
@@ -299,7 +270,25 @@ def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list
     return GRPOTrainer(
         model=policy, reward_funcs=[reward], args=grpo_config(args, use_cpu), train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer, peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
+        callbacks=[time_limit(args.grpo_minutes)] if args.grpo_minutes else None,
     )  # fmt: skip
+
+
+def time_limit(minutes: float) -> Any:
+    """A trainer callback that ends GRPO after the step that crosses `minutes` of wall time: on a shared machine a
+    step takes what it takes, and the run must still end (and be evaluated) by its deadline."""
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        def __init__(self) -> None:
+            self.deadline = time.monotonic() + minutes * 60
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if time.monotonic() >= self.deadline:
+                control.should_training_stop = True
+            return control
+
+    return TimeLimit()
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -317,22 +306,22 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                              args.recursion_steps * args.questions)  # fmt: skip
     scorer = Scorer(args)
     curve: list[float] = []
+    rollouts: list[dict[str, Any]] = []  # per reward call: reward spread within groups, what the rollouts wrote
 
     def workflow_reward(prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str],
                         **_: Any) -> list[float]:  # fmt: skip
         """TRL reward function: run each completion's workflow and score its answer."""
-        outcomes = scorer(
-            [completion_text(args, c) for c in completions],
-            [json.loads(t) for t in task],
-            [pools[n] for n in pool_name],
-        )
+        tasks_now, pools_now = [json.loads(t) for t in task], [pools[n] for n in pool_name]
+        texts = [completion_text(args, c, p, t) for c, p, t in zip(completions, pools_now, tasks_now, strict=True)]
+        outcomes = scorer(texts, tasks_now, pools_now)
         scores = [o.reward for o in outcomes]
         curve.append(sum(scores) / len(scores))
+        rollouts.append(card.rollout_stats(completions, tasks_now, outcomes, args.group_size))
         return scores
 
     use_cpu = not args.use_vllm and not _has_gpu()
     clock, evaluation, wall = time.monotonic(), {}, {}
-    if held_out:  # the untrained base model as the conductor
+    if held_out and not args.skip_base_eval:  # the untrained base model as the conductor
         evaluation["before"] = evaluate_policy(args, AutoModelForCausalLM.from_pretrained(args.base_model),
                                                tokenizer, pool, held_out, scorer, "before")  # fmt: skip
         wall["eval_before"], clock = time.monotonic() - clock, time.monotonic()
@@ -340,8 +329,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     sft_losses: list[float] = []
     if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
         sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-        pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token,
-                                    args.sft_first_step_too)  # fmt: skip
+        if args.warm_start == "format":  # random well-formed decisions: the format, and no policy
+            pairs = warm_start.format_rows(sft_prompts, sft_pools, tokenizer.eos_token, args.seed)
+        else:
+            pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token,
+                                        args.sft_first_step_too)  # fmt: skip
         policy, sft_losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
         policy.save_pretrained(str(args.out / "sft-adapter"))  # kept: the warm start alone is a servable conductor
         wall["sft"], clock = time.monotonic() - clock, time.monotonic()
@@ -360,7 +352,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     scorer.close()
-    return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall)
+    return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall, rollouts)
 
 
 def _has_gpu() -> bool:
