@@ -120,7 +120,7 @@ async def held_out_rows(
             json.dumps(judging.pattern(name)(p, t)) for p, t in zip(pools, tasks, strict=True)
         ]
     for key in ("reward", "accuracy"):
-        chosen = [oracle[key][judging.task_class(p, t)] for p, t in zip(pools, tasks, strict=True)]
+        chosen = [judging.oracle_play(oracle[key], p, t) for p, t in zip(pools, tasks, strict=True)]
         strategies[f"oracle (max {key})"] = [
             json.dumps(judging.pattern(c)(p, t)) for c, p, t in zip(chosen, pools, tasks, strict=True)
         ]

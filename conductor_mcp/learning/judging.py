@@ -87,12 +87,20 @@ def task_class(pool: Pool, task: dict[str, Any]) -> tuple[str, bool, bool, bool]
 
 
 def oracle_choice(scored: dict[str, list[dict[str, Any]]], classes: list[Any], key: str) -> dict[Any, str]:
-    """Per class, the pattern with the best mean `key` ("reward" or "correct") over the rows of that class."""
+    """Per class, the pattern with the best mean `key` ("reward" or "correct") over the rows of that class; under
+    "*" the best over all rows, for a class the training tasks never showed."""
     best: dict[Any, str] = {}
-    for cls in set(classes):
-        rows = {name: [r[key] for r, c in zip(rs, classes, strict=True) if c == cls] for name, rs in scored.items()}
+    for cls in [*set(classes), "*"]:
+        rows = {
+            name: [r[key] for r, c in zip(rs, classes, strict=True) if cls in (c, "*")] for name, rs in scored.items()
+        }
         best[cls] = max(PATTERNS, key=lambda name: (statistics.fmean(rows[name]), -PATTERNS.index(name)))
     return best
+
+
+def oracle_play(choice: dict[Any, str], pool: Pool, task: dict[str, Any]) -> str:
+    """The pattern an oracle plays on this task."""
+    return choice.get(task_class(pool, task), choice["*"])
 
 
 def paired_reward(mine: list[float], theirs: list[float]) -> dict[str, float]:
