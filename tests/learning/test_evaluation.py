@@ -123,7 +123,10 @@ async def test_one_command_report_reproducible_and_resumable(tmp_path: Path) -> 
         "conductor",
         "conductor+recursion",
     }
-    assert first["conductor_vs_moa_tokens"] > 0
+    tokens = {name: m["tokens_per_task"] for name, m in first["strategies"].items()}
+    assert all(t > 0 for t in tokens.values())  # every strategy's calls were counted
+    assert first["conductor_vs_moa_tokens"] == pytest.approx(tokens["conductor"] / tokens["moa:1-layer"])
+    assert first["conductor_vs_moa_tokens"] < 1  # the conductor's few steps against every worker plus an aggregator
     for name in ("accuracy_vs_cost.png", "steps_by_domain.png"):
         assert (tmp_path / "a" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| conductor |" in (tmp_path / "a" / "results.md").read_text()
