@@ -228,7 +228,7 @@ class Providers:
         `tools` (the client's function tools) are offered to chat models, which may answer with calls of them.
         """
         sim_call = sim.SimCall(
-            task=metadata or {},
+            reference=metadata or {},
             simulation=simulation or SimulationConfig(),
             time_scale=self.sim_time_scale,
             call_log=self.sim_call_log,
