@@ -15,7 +15,7 @@ from typing import Any
 
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.pool import Pool
-from conductor_mcp.learning import decisions, judging, training
+from conductor_mcp.learning import decisions, judging, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
 from conductor_mcp.pools import load_pool
@@ -23,10 +23,13 @@ from conductor_mcp.service import Service
 
 MAX_STEPS = 5  # Mixture-of-Agents on a 4-worker sub-pool: four proposals and the aggregator
 BASELINES: dict[str, judging.Build] = {
-    "router": judging.scripted(1, True), "router (no pitfall)": judging.scripted(1, False),
-    "scripted conductor": judging.scripted(3, True), "scripted conductor (no pitfall)": judging.scripted(3, False),
-    "moa (pitfall named)": judging.moa(True), "moa": judging.moa(False),
-}  # fmt: skip
+    "router": judging.scripted(1, True),
+    "router (no pitfall)": judging.scripted(1, False),
+    "scripted conductor": judging.scripted(3, True),
+    "scripted conductor (no pitfall)": judging.scripted(3, False),
+    "moa (pitfall named)": judging.moa(True),
+    "moa": judging.moa(False),
+}
 POLICIES = {"trained": "held_out_after.jsonl", "warm start": "held_out_after_sft.jsonl"}
 
 
@@ -42,17 +45,23 @@ def sub_pool(pool: Pool, worker_ids: list[str]) -> Pool:
     """The pool's workers in this order: the sub-pool a held-out row was written for."""
     workers = [pool.get(i) for i in worker_ids]
     default = pool.default_worker if pool.default_worker in worker_ids else worker_ids[0]
-    return pool.model_copy(update={"name": f"{pool.name}[{','.join(worker_ids)}]", "workers": workers,
-                                   "default_worker": default})  # fmt: skip
+    return pool.model_copy(
+        update={"name": f"{pool.name}[{','.join(worker_ids)}]", "workers": workers, "default_worker": default}
+    )
 
 
 def row(name: str, task: dict[str, Any], pool: Pool, outcome: Outcome, workflow: dict[str, Any] | None) -> dict:
     return {
-        "strategy": name, "task_id": task["id"], "correct": outcome.correct, "reward": outcome.reward,
-        "well_formed": outcome.well_formed, "tokens": outcome.tokens, "cost_usd": outcome.cost_usd,
+        "strategy": name,
+        "task_id": task["id"],
+        "correct": outcome.correct,
+        "reward": outcome.reward,
+        "well_formed": outcome.well_formed,
+        "tokens": outcome.tokens,
+        "cost_usd": outcome.cost_usd,
         "steps": outcome.steps,
         "signature": decisions.signature(pool, workflow) if workflow else "malformed",
-    }  # fmt: skip
+    }
 
 
 async def score_all(
@@ -94,7 +103,7 @@ async def choose_oracles(run: Any, recipe: argparse.Namespace, pool: Pool, n: in
     """Each pattern on `n` training tasks and their training sub-pools; per class, the best pattern by reward and
     by accuracy (what an oracle that knows the rules and the odds would play)."""
     tasks = SIM_SETS[recipe.sim_set](n, recipe.seed, recipe.sim_domains)
-    pools = [training.training_pool(recipe, pool, i) for i in range(n)]
+    pools = [subpools.training_pool(recipe, pool, i) for i in range(n)]
     scored: dict[str, list[dict[str, Any]]] = {}
     for name in judging.PATTERNS:
         build = judging.pattern(name)
@@ -103,14 +112,19 @@ async def choose_oracles(run: Any, recipe: argparse.Namespace, pool: Pool, n: in
         outcomes = await run(jobs)
         scored[name] = [{"reward": o.reward, "correct": o.correct} for o in outcomes]
     classes = [judging.task_class(p, t) for p, t in zip(pools, tasks, strict=True)]
-    return {"reward": judging.oracle_choice(scored, classes, "reward"),
-            "accuracy": judging.oracle_choice(scored, classes, "correct")}  # fmt: skip
+    return {
+        "reward": judging.oracle_choice(scored, classes, "reward"),
+        "accuracy": judging.oracle_choice(scored, classes, "correct"),
+    }
 
 
 async def held_out_rows(
-    run: Any, written: dict[str, dict[str, dict[str, Any]]], tasks: list[dict[str, Any]], pools: list[Pool],
+    run: Any,
+    written: dict[str, dict[str, dict[str, Any]]],
+    tasks: list[dict[str, Any]],
+    pools: list[Pool],
     oracle: dict[str, Any],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Every strategy's row on every held-out task, on that task's sub-pool."""
     strategies: dict[str, list[str]] = {name: [w[t["id"]]["completion"] for t in tasks] for name, w in written.items()}
     for name, build in BASELINES.items():

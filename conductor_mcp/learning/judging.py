@@ -125,13 +125,15 @@ def summary(rows: list[dict[str, Any]], moa_tokens: float | None) -> dict[str, A
     n = len(rows)
     tokens = statistics.fmean(r["tokens"] for r in rows)
     return {
-        "tasks": n, "accuracy": statistics.fmean(r["correct"] for r in rows),
+        "tasks": n,
+        "accuracy": statistics.fmean(r["correct"] for r in rows),
         "mean_reward": statistics.fmean(r["reward"] for r in rows),
-        "well_formed": statistics.fmean(r["well_formed"] for r in rows), "tokens_per_task": tokens,
+        "well_formed": statistics.fmean(r["well_formed"] for r in rows),
+        "tokens_per_task": tokens,
         "usd_per_task": statistics.fmean(r["cost_usd"] for r in rows),
         "steps_per_task": statistics.fmean(r["steps"] for r in rows),
         "tokens_vs_moa": tokens / moa_tokens if moa_tokens else None,
-    }  # fmt: skip
+    }
 
 
 def novel_workflows(signatures: dict[str, list[str]], policy: str, others: tuple[str, ...]) -> dict[str, Any]:
@@ -144,9 +146,11 @@ def novel_workflows(signatures: dict[str, list[str]], policy: str, others: tuple
     ]
     shapes = Counter(" ".join("+" if w.endswith("+") else "-" for w in sig.split()) or "none" for sig in novel)
     return {
-        "tasks": len(novel), "share": len(novel) / max(1, len(signatures[policy])),
-        "by_shape": dict(shapes.most_common()), "examples": [s for s, _ in Counter(novel).most_common(8)],
-    }  # fmt: skip
+        "tasks": len(novel),
+        "share": len(novel) / max(1, len(signatures[policy])),
+        "by_shape": dict(shapes.most_common()),
+        "examples": [s for s, _ in Counter(novel).most_common(8)],
+    }
 
 
 def report(rows: list[dict[str, Any]], oracle: dict[str, Any], card: dict[str, Any]) -> dict[str, Any]:
@@ -173,15 +177,22 @@ def report(rows: list[dict[str, Any]], oracle: dict[str, Any], card: dict[str, A
                     "reward": paired_reward([r["reward"] for r in by[policy]], [r["reward"] for r in by[other]]),
                 }
     signatures = {name: [r["signature"] for r in rs] for name, rs in by.items()}
-    novel = {p: novel_workflows(signatures, p, ("router", "scripted conductor")) for p in ("trained", "warm start")
-             if p in signatures}  # fmt: skip
+    novel = {
+        p: novel_workflows(signatures, p, ("router", "scripted conductor"))
+        for p in ("trained", "warm start")
+        if p in signatures
+    }
     return {
-        "tasks": len(next(iter(by.values()))), "cost_weight": card["recipe"]["cost_weight"],
-        "strategies": summaries, "paired": tests, "novel_workflows": novel,
-        "oracle_choices": {key: sorted([list(map(str, cls)), name] for cls, name in chosen.items())
-                           for key, chosen in oracle.items()},
+        "tasks": len(next(iter(by.values()))),
+        "cost_weight": card["recipe"]["cost_weight"],
+        "strategies": summaries,
+        "paired": tests,
+        "novel_workflows": novel,
+        "oracle_choices": {
+            key: sorted([list(map(str, cls)), name] for cls, name in chosen.items()) for key, chosen in oracle.items()
+        },
         "written": {p: dict(Counter(signatures[p]).most_common(12)) for p in ("trained", "warm start") if p in by},
-    }  # fmt: skip
+    }
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -199,17 +210,26 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {name} | {m['accuracy']:.3f} | {m['mean_reward']:.3f} | {m['tokens_per_task']:.0f} | {versus} | "
             f"{m['usd_per_task']:.5f} | {m['steps_per_task']:.2f} | {m['well_formed']:.2f} |"
         )
-    lines += ["", "Paired tests (exact McNemar on correctness; paired t on reward, two-sided):", "",
-              "| comparison | only first right | only second right | McNemar p | reward diff | se | p |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "Paired tests (exact McNemar on correctness; paired t on reward, two-sided):",
+        "",
+        "| comparison | only first right | only second right | McNemar p | reward diff | se | p |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, t in report["paired"].items():
         c, r = t["correct"], t["reward"]
-        lines.append(f"| {name} | {c['wins']} | {c['losses']} | {c['p_value']:.3g} | {r['mean_diff']:+.4f} | "
-                     f"{r['se']:.4f} | {r['p_value']:.3g} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {c['wins']} | {c['losses']} | {c['p_value']:.3g} | {r['mean_diff']:+.4f} | "
+            f"{r['se']:.4f} | {r['p_value']:.3g} |"
+        )
     for policy, novel in report["novel_workflows"].items():
-        lines += ["", f"Workflows the {policy} policy writes that neither the router nor the scripted conductor "
-                  f"writes on the same task: {novel['tasks']} tasks ({novel['share']:.1%}); by shape "
-                  f"{novel['by_shape']}; most common {novel['examples']}."]  # fmt: skip
+        lines += [
+            "",
+            f"Workflows the {policy} policy writes that neither the router nor the scripted conductor "
+            f"writes on the same task: {novel['tasks']} tasks ({novel['share']:.1%}); by shape "
+            f"{novel['by_shape']}; most common {novel['examples']}.",
+        ]
     for policy, counts in report["written"].items():
         lines += ["", f"Most written by the {policy} policy (over real worker ids): {counts}"]
     return "\n".join(lines) + "\n"

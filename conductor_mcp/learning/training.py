@@ -2,7 +2,7 @@
 
 Each prompt is the conductor prompt the server sends (the pool's full or compact prompt, then the task), for a random
 k-of-n sub-pool seeded per prompt, as in the paper. Each completion is parsed by the server's parser, run on
-that sub-pool by the server's executor and checked by a verifier (conductor_mcp/rewards.py). The last
+that sub-pool by the server's executor and checked by a verifier (conductor_mcp/learning/rewards.py). The last
 --recursion-steps steps use pools that offer the conductor itself as a worker (the paper's recursion phase).
 Output: a LoRA adapter, a card (card.json and README.md: base model, data, pool, recipe, reward curve) and
 reward_curve.png; tools/serve_conductor.py serves the adapter on vLLM. tools/train_conductor.py is the command.
@@ -46,6 +46,7 @@ from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import card, decisions, warm_start
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
+from conductor_mcp.learning.subpools import held_out_pool, training_pool, training_pools, worker_order
 from conductor_mcp.learning.train_options import held_out_tasks, training_tasks
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.pools import load_pool
@@ -71,9 +72,14 @@ def prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 
 
 def build_rows(
-    args: argparse.Namespace, pool: Pool, tokenizer: Any, tasks: list[dict[str, Any]], count: int, recursion_rows: int,
+    args: argparse.Namespace,
+    pool: Pool,
+    tokenizer: Any,
+    tasks: list[dict[str, Any]],
+    count: int,
+    recursion_rows: int,
     held_out: bool = False,
-) -> tuple[list[dict[str, Any]], dict[str, Pool]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
     """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name.
 
     Held-out rows draw their sub-pools from their own seeds, and never a worker order any training row has."""
@@ -93,35 +99,6 @@ def build_rows(
             text = prompt_text(tokenizer, messages) + (WORKER_PREFILL if args.completion == "worker" else "")
         rows.append({"prompt": text, "task": json.dumps(task), "pool_name": sub.name})
     return rows, pools
-
-
-def training_pool(args: argparse.Namespace, pool: Pool, i: int) -> Pool:
-    """The sub-pool of training row i (the whole pool without --subpool-k)."""
-    if not args.subpool_k:
-        return pool
-    seed: int | str = f"train:{args.seed}:{i}" if args.permute_ids else args.seed * 100_003 + i
-    return pool.sample(args.subpool_k, seed=seed, permute=args.permute_ids)
-
-
-def training_pools(args: argparse.Namespace, pool: Pool, count: int) -> list[Pool]:
-    """The sub-pools of the first `count` training rows: of a run's steps x questions, every one it trains on."""
-    return [training_pool(args, pool, i) for i in range(max(count, args.steps * args.questions))]
-
-
-def held_out_pool(args: argparse.Namespace, pool: Pool, task: dict[str, Any], avoid: set[tuple[str, ...]]) -> Pool:
-    """A held-out task's sub-pool: seeded by the task, redrawn until its worker order is not one in `avoid`."""
-    if not args.subpool_k:
-        return pool
-    for attempt in range(1000):
-        sub = pool.sample(args.subpool_k, seed=f"held-out:{args.seed}:{task['id']}:{attempt}", permute=args.permute_ids)
-        if worker_order(sub) not in avoid:
-            return sub
-    raise RequestError(f"no {args.subpool_k}-worker sub-pool of {pool.name!r} is left that training never drew")
-
-
-def worker_order(pool: Pool) -> tuple[str, ...]:
-    """Who is behind each visible id: the pool's worker ids in the order the conductor sees them."""
-    return tuple(w.id for w in pool.workers)
 
 
 def completion_text(args: argparse.Namespace, completion: Any, pool: Pool, task: dict[str, Any]) -> str:
@@ -149,9 +126,11 @@ class Scorer:
         self._lifespan = contextlib.AsyncExitStack()  # the service lives on the scorer's loop until close()
         service = self._on_loop(self._lifespan.enter_async_context(Service.open(settings)))
         self.reward = WorkflowReward(
-            service, args.max_steps_per_workflow, cost_weight=args.cost_weight,
+            service,
+            args.max_steps_per_workflow,
+            cost_weight=args.cost_weight,
             allow_unsafe_local_exec=args.unsafe_local_exec,
-        )  # fmt: skip
+        )
 
     def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
@@ -165,6 +144,28 @@ class Scorer:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+class RewardFunction:
+    """TRL's reward function: run each completion's workflow and score its answer; it keeps the reward curve and,
+    per call, what the rollouts wrote and how their rewards spread within each group."""
+
+    def __init__(self, args: argparse.Namespace, scorer: Scorer, pools: dict[str, Pool]) -> None:
+        self.args, self.scorer, self.pools = args, scorer, pools
+        self.curve: list[float] = []
+        self.rollouts: list[dict[str, Any]] = []
+        self.__name__ = "workflow_reward"  # TRL names the reward in its logs
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str], **_: Any
+    ) -> list[float]:
+        tasks, pools = [json.loads(t) for t in task], [self.pools[n] for n in pool_name]
+        texts = [completion_text(self.args, c, p, t) for c, p, t in zip(completions, pools, tasks, strict=True)]
+        outcomes = self.scorer(texts, tasks, pools)
+        scores = [o.reward for o in outcomes]
+        self.curve.append(sum(scores) / len(scores))
+        self.rollouts.append(card.rollout_stats(completions, tasks, outcomes, self.args.group_size))
+        return scores
+
+
 def greedy_completions(
     args: argparse.Namespace, model: Any, tokenizer: Any, prompts: list[str]
 ) -> list[dict[str, Any]]:
@@ -174,25 +175,35 @@ def greedy_completions(
     done: list[dict[str, Any]] = []
     model.eval()
     for start in range(0, len(prompts), 16):
-        batch = tokenizer(prompts[start : start + 16], return_tensors="pt", padding=True,
-                          padding_side="left").to(model.device)  # fmt: skip
+        batch = tokenizer(prompts[start : start + 16], return_tensors="pt", padding=True, padding_side="left").to(
+            model.device
+        )
         with torch.no_grad():
             out = model.generate(
                 **batch, max_new_tokens=args.max_completion_length, do_sample=False, use_cache=True
             )  # trainers may have turned the cache off
         new = out[:, batch["input_ids"].shape[1] :]
         written = (new != tokenizer.pad_token_id).sum(dim=1).tolist()
-        for text, n_in, n_out in zip(tokenizer.batch_decode(new, skip_special_tokens=True),
-                                     batch["attention_mask"].sum(dim=1).tolist(), written, strict=True):  # fmt: skip
+        for text, n_in, n_out in zip(
+            tokenizer.batch_decode(new, skip_special_tokens=True),
+            batch["attention_mask"].sum(dim=1).tolist(),
+            written,
+            strict=True,
+        ):
             done.append({"completion": text, "prompt_tokens": int(n_in), "completion_tokens": int(n_out)})
     model.train()
     return done
 
 
 def evaluate_policy(
-    args: argparse.Namespace, model: Any, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], scorer: Scorer,
+    args: argparse.Namespace,
+    model: Any,
+    tokenizer: Any,
+    pool: Pool,
+    tasks: list[dict[str, Any]],
+    scorer: Scorer,
     label: str,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Score the policy's greedy workflow for each held-out task: what it learned, without sampling luck.
 
     The completions go to OUT/held_out_<label>.jsonl, which tools/evaluate.py --workflows scores beside the baselines.
@@ -240,16 +251,30 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
-        temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
+        output_dir=str(args.out / "trainer"),
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        beta=args.beta,
+        temperature=args.temperature,
+        entropy_coef=args.entropy_coef,
+        num_generations=args.group_size,
         per_device_train_batch_size=args.questions * args.group_size // args.grad_accum,
         gradient_accumulation_steps=args.grad_accum,  # one generation of questions x group per optimizer step
         max_completion_length=args.max_completion_length,
-        logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
-        vllm_mode="colocate", shuffle_dataset=args.shuffle, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        use_vllm=args.use_vllm,
+        vllm_mode="colocate",
+        shuffle_dataset=args.shuffle,
+        use_cpu=use_cpu,
+        bf16=False,
+        disable_tqdm=True,
         gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation
-        mask_truncated_completions=args.mask_truncated, **dr_grpo_options(args),
-    )  # fmt: skip
+        mask_truncated_completions=args.mask_truncated,
+        **dr_grpo_options(args),
+    )
 
 
 def dr_grpo_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -259,8 +284,9 @@ def dr_grpo_options(args: argparse.Namespace) -> dict[str, Any]:
     return {name: value for name, value in chosen.items() if value is not None}
 
 
-def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any,
-                  use_cpu: bool) -> Any:  # fmt: skip
+def _grpo_trainer(
+    args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any, use_cpu: bool
+) -> Any:
     """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
     from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
     from peft import LoraConfig
@@ -268,10 +294,14 @@ def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list
 
     lora = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
     return GRPOTrainer(
-        model=policy, reward_funcs=[reward], args=grpo_config(args, use_cpu), train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer, peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
+        model=policy,
+        reward_funcs=[reward],
+        args=grpo_config(args, use_cpu),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
         callbacks=[time_limit(args.grpo_minutes)] if args.grpo_minutes else None,
-    )  # fmt: skip
+    )
 
 
 def time_limit(minutes: float) -> Any:
@@ -302,38 +332,23 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     score_only_completions_on_cpu()
     pool = load_pool(args.pool, [builtin_pool_dir()])
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
-    rows, pools = build_rows(args, pool, tokenizer, tasks, args.steps * args.questions,
-                             args.recursion_steps * args.questions)  # fmt: skip
+    rows, pools = build_rows(
+        args, pool, tokenizer, tasks, args.steps * args.questions, args.recursion_steps * args.questions
+    )
     scorer = Scorer(args)
-    curve: list[float] = []
-    rollouts: list[dict[str, Any]] = []  # per reward call: reward spread within groups, what the rollouts wrote
-
-    def workflow_reward(prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str],
-                        **_: Any) -> list[float]:  # fmt: skip
-        """TRL reward function: run each completion's workflow and score its answer."""
-        tasks_now, pools_now = [json.loads(t) for t in task], [pools[n] for n in pool_name]
-        texts = [completion_text(args, c, p, t) for c, p, t in zip(completions, pools_now, tasks_now, strict=True)]
-        outcomes = scorer(texts, tasks_now, pools_now)
-        scores = [o.reward for o in outcomes]
-        curve.append(sum(scores) / len(scores))
-        rollouts.append(card.rollout_stats(completions, tasks_now, outcomes, args.group_size))
-        return scores
-
+    workflow_reward = RewardFunction(args, scorer, pools)
     use_cpu = not args.use_vllm and not _has_gpu()
     clock, evaluation, wall = time.monotonic(), {}, {}
     if held_out and not args.skip_base_eval:  # the untrained base model as the conductor
-        evaluation["before"] = evaluate_policy(args, AutoModelForCausalLM.from_pretrained(args.base_model),
-                                               tokenizer, pool, held_out, scorer, "before")  # fmt: skip
+        evaluation["before"] = evaluate_policy(
+            args, AutoModelForCausalLM.from_pretrained(args.base_model), tokenizer, pool, held_out, scorer, "before"
+        )
         wall["eval_before"], clock = time.monotonic() - clock, time.monotonic()
     policy: Any = args.base_model
     sft_losses: list[float] = []
     if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
         sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-        if args.warm_start == "format":  # random well-formed decisions: the format, and no policy
-            pairs = warm_start.format_rows(sft_prompts, sft_pools, tokenizer.eos_token, args.seed)
-        else:
-            pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token,
-                                        args.sft_first_step_too)  # fmt: skip
+        pairs = warm_start.pairs(args, sft_prompts, sft_pools, tokenizer.eos_token)
         policy, sft_losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
         policy.save_pretrained(str(args.out / "sft-adapter"))  # kept: the warm start alone is a servable conductor
         wall["sft"], clock = time.monotonic() - clock, time.monotonic()
@@ -352,6 +367,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     scorer.close()
+    curve, rollouts = workflow_reward.curve, workflow_reward.rollouts
     return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall, rollouts)
 
 

@@ -64,8 +64,12 @@ def keeps_right_answer(review_skill: float, reference: str, seen: list[str], rng
 
 
 PITFALL_MARK = "Check the "
-WORDING = {"solve": "Solve it.", "again": "Solve it another way.", "review": "Review the answer.",
-           "review both": "Review both answers."}  # fmt: skip
+WORDING = {
+    "solve": "Solve it.",
+    "again": "Solve it another way.",
+    "review": "Review the answer.",
+    "review both": "Review both answers.",
+}
 SHAPES: dict[int, list[tuple[str, list[int]]]] = {  # (role, access) of each step, by the workflow's length
     1: [("solve", [])],
     2: [("solve", []), ("review", [0])],

@@ -8,31 +8,53 @@ import random
 from pathlib import Path
 
 from conductor_mcp.config import builtin_pool_dir
-from conductor_mcp.learning import decisions, judge, judging, train_options, training
+from conductor_mcp.learning import decisions, judge, judging, subpools, train_options, training
 from conductor_mcp.pools import load_pool
 
 
 def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
     """A run folder with a card and held-out files whose completions the given decisions (by label) wrote."""
-    args = train_options.parse_args([
-        "--base-model", "m", "--pool", "sim-composed", "--sim-set", "composed", "--sim-tasks", "16", "--eval-tasks",
-        "12", "--subpool-k", "4", "--permute-ids", "--steps", "4", "--questions", "2", "--cost-weight", "0.2",
-        "--completion", "decisions", "--out", str(out),
-    ])  # fmt: skip
+    args = train_options.parse_args(
+        [
+            "--base-model",
+            "m",
+            "--pool",
+            "sim-composed",
+            "--sim-set",
+            "composed",
+            "--sim-tasks",
+            "16",
+            "--eval-tasks",
+            "12",
+            "--subpool-k",
+            "4",
+            "--permute-ids",
+            "--steps",
+            "4",
+            "--questions",
+            "2",
+            "--cost-weight",
+            "0.2",
+            "--completion",
+            "decisions",
+            "--out",
+            str(out),
+        ]
+    )
     pool = load_pool("sim-composed", [builtin_pool_dir()])
     tasks = train_options.held_out_tasks(args)
-    avoid = {training.worker_order(p) for p in training.training_pools(args, pool, 0)}
+    avoid = {subpools.worker_order(p) for p in subpools.training_pools(args, pool, 0)}
     recipe = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (out / "card.json").write_text(json.dumps({"recipe": recipe}))
     for label, written in policy.items():
         with (out / f"held_out_{label}.jsonl").open("w") as sink:
             for task in tasks:
-                sub = training.held_out_pool(args, pool, task, avoid)
+                sub = subpools.held_out_pool(args, pool, task, avoid)
                 completion = training.completion_text(args, written, sub, task)
                 row = {
                     "task_id": task["id"],
                     "completion": completion,
-                    "pool_workers": list(training.worker_order(sub)),
+                    "pool_workers": list(subpools.worker_order(sub)),
                 }
                 sink.write(json.dumps(row) + "\n")
     return args
