@@ -61,7 +61,7 @@ def write_card(
         "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})",
         "steps": args.steps,
         "steps_done": len(losses),
-        "recipe": {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()},
+        "recipe": recipe(args),
         "conductor_prompt": pool.conductor.prompt,
         "lora_r": args.lora_r,
         "reward_curve": curve,
@@ -116,6 +116,11 @@ def rollout_stats(
         "tasks": sorted({t["id"] for t in tasks}),
         "most_written": [[text, n] for text, n in common],
     }
+
+
+def recipe(args: argparse.Namespace) -> dict[str, Any]:
+    """A run's options as its card records them (paths portable)."""
+    return {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()}
 
 
 def held_out_summary(evaluation: dict[str, Any]) -> str:

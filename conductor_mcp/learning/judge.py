@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import hashlib
 import json
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.pool import Pool
+from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import decisions, judging, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
@@ -41,13 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def sub_pool(pool: Pool, worker_ids: list[str]) -> Pool:
-    """The pool's workers in this order: the sub-pool a held-out row was written for."""
-    workers = [pool.get(i) for i in worker_ids]
-    default = pool.default_worker if pool.default_worker in worker_ids else worker_ids[0]
-    return pool.model_copy(
-        update={"name": f"{pool.name}[{','.join(worker_ids)}]", "workers": workers, "default_worker": default}
-    )
+def held_out_pools(recipe: argparse.Namespace, pool: Pool, tasks: list[dict[str, Any]]) -> list[Pool]:
+    """The sub-pools the run's held-out evaluation drew (learning/subpools.py), one per task."""
+    avoid = {subpools.worker_order(p) for p in subpools.training_pools(recipe, pool, 0)} if recipe.subpool_k else set()
+    return [subpools.held_out_pool(recipe, pool, task, avoid) for task in tasks]
 
 
 def row(name: str, task: dict[str, Any], pool: Pool, outcome: Outcome, workflow: dict[str, Any] | None) -> dict:
@@ -64,42 +63,56 @@ def row(name: str, task: dict[str, Any], pool: Pool, outcome: Outcome, workflow:
     }
 
 
-async def score_all(
-    reward: WorkflowReward, jobs: list[tuple[str, dict[str, Any], Pool, str]], concurrency: int
-) -> list[Outcome]:
-    limit = asyncio.Semaphore(concurrency)
+class Scoring:
+    """Scores (task, sub-pool, workflow) jobs with the training reward, `concurrency` at a time, each outcome kept
+    in RUN/judge-cache.jsonl: the simulator is deterministic in its prompts, so a kept outcome is the outcome, and
+    the baselines and oracles can be judged while the policy still trains."""
 
-    async def one(text: str, task: dict[str, Any], pool: Pool) -> Outcome:
-        async with limit:
-            return await reward.score(text, task, pool)
+    def __init__(self, reward: WorkflowReward, concurrency: int, cache: Path) -> None:
+        self.reward, self.limit, self.cache = reward, asyncio.Semaphore(concurrency), cache
+        lines = cache.read_text().splitlines() if cache.exists() else []
+        self.kept = {entry["key"]: Outcome(**entry["outcome"]) for entry in map(json.loads, lines)}
 
-    return list(await asyncio.gather(*(one(text, task, pool) for _, task, pool, text in jobs)))
+    async def __call__(self, jobs: list[tuple[str, dict[str, Any], Pool, str]]) -> list[Outcome]:
+        return list(await asyncio.gather(*(self.one(text, task, pool) for _, task, pool, text in jobs)))
+
+    async def one(self, text: str, task: dict[str, Any], pool: Pool) -> Outcome:
+        key = "\x1f".join([task["id"], *subpools.worker_order(pool), hashlib.sha256(text.encode()).hexdigest()])
+        if key not in self.kept:
+            async with self.limit:
+                self.kept[key] = await self.reward.score(text, task, pool)
+            with self.cache.open("a") as sink:
+                sink.write(json.dumps({"key": key, "outcome": dataclasses.asdict(self.kept[key])}) + "\n")
+        return self.kept[key]
 
 
 async def judge(args: argparse.Namespace) -> dict[str, Any]:
-    card = json.loads((args.run / "card.json").read_text())
-    recipe = argparse.Namespace(**card["recipe"])
+    """The judgement of the run in args.run: of its policies' held-out files where they exist (the baselines and
+    oracles alone, from its recipe.json, while it still trains)."""
+    card_file = args.run / "card.json"
+    recipe_data = json.loads(card_file.read_text())["recipe"] if card_file.exists() else None
+    recipe = argparse.Namespace(**(recipe_data or json.loads((args.run / "recipe.json").read_text())))
     pool = load_pool(recipe.pool, [builtin_pool_dir()])
     tasks = held_out_set(recipe.sim_set, recipe.eval_tasks, recipe.seed, recipe.sim_domains)
     written = {name: _rows(args.run / file) for name, file in POLICIES.items() if (args.run / file).exists()}
-    first = next(iter(written.values()))
-    pools = [sub_pool(pool, first[t["id"]]["pool_workers"]) for t in tasks]
+    pools = held_out_pools(recipe, pool, tasks)
+    orders = [list(subpools.worker_order(p)) for p in pools]
+    for rows in written.values():  # the policy was evaluated on exactly these sub-pools
+        if any(rows[t["id"]]["pool_workers"] != order for t, order in zip(tasks, orders, strict=True)):
+            raise RequestError(f"{args.run}: held-out sub-pools differ from the ones its recipe draws")
     settings = Settings.from_env(state_dir=args.run / "judge-state", sim_time_scale=0.0)
     async with Service.open(settings) as service:
         reward = WorkflowReward(service, MAX_STEPS, cost_weight=recipe.cost_weight)
-
-        def run(jobs: list[Any]) -> Awaitable[list[Outcome]]:
-            return score_all(reward, jobs, args.concurrency)
-
+        run = Scoring(reward, args.concurrency, args.run / "judge-cache.jsonl")
         oracle = await choose_oracles(run, recipe, pool, args.oracle_tasks)
         rows = await held_out_rows(run, written, tasks, pools, oracle)
-    report = judging.report(rows, oracle, card)
+    report = judging.report(rows, oracle, recipe.cost_weight)
     (args.run / "judged.json").write_text(json.dumps(report, indent=2))
     (args.run / "judged.md").write_text(judging.markdown(report))
     return report
 
 
-async def choose_oracles(run: Any, recipe: argparse.Namespace, pool: Pool, n: int) -> dict[str, Any]:
+async def choose_oracles(run: Scoring, recipe: argparse.Namespace, pool: Pool, n: int) -> dict[str, Any]:
     """Each pattern on `n` training tasks and their training sub-pools; per class, the best pattern by reward and
     by accuracy (what an oracle that knows the rules and the odds would play)."""
     tasks = SIM_SETS[recipe.sim_set](n, recipe.seed, recipe.sim_domains)
@@ -119,7 +132,7 @@ async def choose_oracles(run: Any, recipe: argparse.Namespace, pool: Pool, n: in
 
 
 async def held_out_rows(
-    run: Any,
+    run: Scoring,
     written: dict[str, dict[str, dict[str, Any]]],
     tasks: list[dict[str, Any]],
     pools: list[Pool],

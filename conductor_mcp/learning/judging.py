@@ -153,7 +153,7 @@ def novel_workflows(signatures: dict[str, list[str]], policy: str, others: tuple
     }
 
 
-def report(rows: list[dict[str, Any]], oracle: dict[str, Any], card: dict[str, Any]) -> dict[str, Any]:
+def report(rows: list[dict[str, Any]], oracle: dict[str, Any], cost_weight: float) -> dict[str, Any]:
     """The judgement: every strategy's summary, the hindsight ceiling, the paired tests of the trained policy and
     of its warm start against the others, and the workflows only the trained policy writes."""
     by: dict[str, list[dict[str, Any]]] = {}
@@ -184,7 +184,7 @@ def report(rows: list[dict[str, Any]], oracle: dict[str, Any], card: dict[str, A
     }
     return {
         "tasks": len(next(iter(by.values()))),
-        "cost_weight": card["recipe"]["cost_weight"],
+        "cost_weight": cost_weight,
         "strategies": summaries,
         "paired": tests,
         "novel_workflows": novel,

@@ -19,8 +19,9 @@ def training_pool(args: argparse.Namespace, pool: Pool, i: int) -> Pool:
 
 
 def training_pools(args: argparse.Namespace, pool: Pool, count: int) -> list[Pool]:
-    """The sub-pools of the first `count` training rows: of a run's steps x questions, every one it trains on."""
-    return [training_pool(args, pool, i) for i in range(max(count, args.steps * args.questions))]
+    """Every sub-pool a run can train on: one per GRPO row (steps x questions) and per warm-start row (one per
+    simulated training task), or the first `count` rows if there are more."""
+    return [training_pool(args, pool, i) for i in range(max(count, args.steps * args.questions, args.sim_tasks or 0))]
 
 
 def held_out_pool(args: argparse.Namespace, pool: Pool, task: dict[str, Any], avoid: set[tuple[str, ...]]) -> Pool:

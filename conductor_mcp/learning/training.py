@@ -331,6 +331,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging("error")
     score_only_completions_on_cpu()
     pool = load_pool(args.pool, [builtin_pool_dir()])
+    (args.out / "recipe.json").write_text(json.dumps(card.recipe(args), indent=2))  # judge_learning.py reads it
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     rows, pools = build_rows(
         args, pool, tokenizer, tasks, args.steps * args.questions, args.recursion_steps * args.questions
