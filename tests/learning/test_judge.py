@@ -45,7 +45,7 @@ def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
     tasks = train_options.held_out_tasks(args)
     avoid = {subpools.worker_order(p) for p in subpools.training_pools(args, pool, 0)}
     recipe = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    (out / "card.json").write_text(json.dumps({"recipe": recipe}))
+    (out / ("card.json" if policy else "recipe.json")).write_text(json.dumps({"recipe": recipe} if policy else recipe))
     for label, written in policy.items():
         with (out / f"held_out_{label}.jsonl").open("w") as sink:
             for task in tasks:
@@ -87,6 +87,16 @@ async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tm
         and report["strategies"]["warm start"]["steps_per_task"] == 1
     )
     assert "| trained |" in (tmp_path / "judged.md").read_text()
+
+
+async def test_baselines_and_oracles_are_judged_while_the_policy_trains(tmp_path: Path) -> None:
+    """From the run's recipe.json alone; the outcomes are kept, so judging again runs no workflow twice."""
+    fake_run(tmp_path, {})
+    report = await judge.judge(judge.parse_args(["--run", str(tmp_path), "--oracle-tasks", "8"]))
+    assert "trained" not in report["strategies"] and report["strategies"]["router"]["tasks"] == 12
+    kept = (tmp_path / "judge-cache.jsonl").read_text()
+    again = await judge.judge(judge.parse_args(["--run", str(tmp_path), "--oracle-tasks", "8"]))
+    assert again == report and (tmp_path / "judge-cache.jsonl").read_text() == kept
 
 
 def test_paired_tests() -> None:
