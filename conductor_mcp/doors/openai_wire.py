@@ -138,8 +138,8 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
         raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORT_LIMITS)}, got {effort!r}")
     tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
     limits = EFFORT_LIMITS[effort] if effort is not None else {}
-    budget = {"max_tokens": max_tokens, "max_usd": max_usd}
-    return {"budget": budget, "tools": tools, "workers": _workers(metadata.get("workers")), **limits}
+    chosen = {"workers": _workers(metadata["workers"])} if metadata.get("workers") is not None else {}
+    return {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "tools": tools, **chosen, **limits}
 
 
 def _workers(value: Any) -> Any:
