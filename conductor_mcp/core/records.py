@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.request import FileRef, RunRequest
@@ -133,6 +134,10 @@ class Run(BaseModel):
     )
     pool: str
     pool_digest: str
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers, as asked")
+    worker_ids: list[str] | None = Field(
+        default=None, description="the pool ids the run may use, when fewer than the pool's (see core/choice.py)"
+    )
     conductor_model: str
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
@@ -183,6 +188,7 @@ class Run(BaseModel):
             self_correct=self.self_correct,
             files=tuple(self.files),
             tools=tuple(self.tools),
+            workers=self.workers,
         )
 
     def follow(self, parent: Run, review: Step) -> None:
