@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
+from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
@@ -32,6 +33,7 @@ from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
+from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
 from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
@@ -65,9 +67,16 @@ class Service(RunReader):
     """Runs executing in this process, and everything a door may do with a run. Made by `Service.open`."""
 
     def __init__(
-        self, settings: Settings, store: Store, lease: Lease, owner: TaskOwner, bus: ProgressBus | None
+        self,
+        settings: Settings,
+        store: Store,
+        lease: Lease,
+        owner: TaskOwner,
+        bus: ProgressBus | None,
+        workspaces: Workspaces | None = None,
     ) -> None:
         super().__init__(settings, store, lease)
+        self.workspaces = workspaces  # every agent workspace of every run, removed when the run ends
         self._lease = lease
         self._owner = owner
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
@@ -86,10 +95,12 @@ class Service(RunReader):
         opened = store is None
         store = store or open_store(settings)
         owner = TaskOwner()
+        stack = contextlib.AsyncExitStack()  # closed last: the runs using the workspaces have ended by then
         try:
             lease = open_lease(settings.state_dir, store)
             try:
-                service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                workspaces = await stack.enter_async_context(open_workspaces(settings))
+                service = cls(settings, store, lease, owner, open_progress_bus(store, owner), workspaces)
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
                 try:
                     yield service
@@ -99,6 +110,7 @@ class Service(RunReader):
             finally:
                 lease.close()
         finally:
+            await stack.aclose()
             if opened:
                 store.close()
 
@@ -122,6 +134,7 @@ class Service(RunReader):
             pool_digest=self.pools.digest(pool), conductor_model=pool.conductor.model, max_steps=steps,
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
+            workspace=request.workspace, keep_workspaces=request.keep_workspaces,
         )  # fmt: skip
         return run, pool
 
@@ -325,10 +338,10 @@ class Service(RunReader):
         try:
             if run.workflow is None:
                 await self._conduct(run, pool, on_event)
-            executor = Executor(
-                pool, self._store, self.providers, on_event, self.settings.step_timeout_s, self.server_budget
-            )
-            await executor.execute(run)
+            async with workspace_steps(self.workspaces, run, pool, self.providers, self.settings) as steps:
+                timeout = self.settings.step_timeout_s
+                executor = Executor(pool, self._store, self.providers, on_event, timeout, self.server_budget, steps)
+                await executor.execute(run)
         except asyncio.CancelledError:
             if self._closing:
                 self._end(run, "interrupted", "the server stopped; continue_workflow resumes it")
