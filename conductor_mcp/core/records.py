@@ -178,10 +178,18 @@ class Run(BaseModel):
     def request(self) -> RunRequest:
         """The request this run carries out (a follow-up copies it with changes)."""
         return RunRequest(
-            task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
-            budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
-            workspace=self.workspace, keep_workspaces=self.keep_workspaces,
-        )  # fmt: skip
+            task=self.task,
+            pool=self.pool,
+            max_steps=self.max_steps,
+            context=self.context,
+            metadata=self.metadata,
+            budget=self.budget,
+            self_correct=self.self_correct,
+            files=tuple(self.files),
+            tools=tuple(self.tools),
+            workspace=self.workspace,
+            keep_workspaces=self.keep_workspaces,
+        )
 
     def follow(self, parent: Run, review: Step) -> None:
         """Make this new run a follow-up of `parent`: the parent's finished steps, taken over as they are, then
@@ -194,8 +202,9 @@ class Run(BaseModel):
         )
         self.steps = [
             step.model_copy(update={"inherited_from": parent.inherited_origin(step)})
-            for step in parent.steps if step.status == "done"
-        ]  # fmt: skip
+            for step in parent.steps
+            if step.status == "done"
+        ]
 
     def mark_interrupted(self) -> list[int]:
         """Record that the process running this run died: the run interrupted, its running steps cancelled.

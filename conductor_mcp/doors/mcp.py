@@ -168,18 +168,25 @@ class Door:
         it."""
         if not hand_over(run, detail):
             run = await self.service.wait(
-                run.id, wait_seconds, ProgressRelay(ctx), self.service.settings.heartbeat_s,
-                cancel_on_exit=cancel_on_exit, coalesce=True,
-            )  # fmt: skip
+                run.id,
+                wait_seconds,
+                ProgressRelay(ctx),
+                self.service.settings.heartbeat_s,
+                cancel_on_exit=cancel_on_exit,
+                coalesce=True,
+            )
         return run_result(run, detail, self.links.run(run.id))
 
 
 def build_server(service: Service, links: Links | None = None) -> MCPServer:
     links = links or Links()
     server = MCPServer(
-        "conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        "conductor-mcp",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
         extensions=[TasksExtension(service, links)],
-    )  # fmt: skip
+    )
     door = Door(service, links)
     _register_orchestrate(server, door)
     _register_plan_and_continue(server, door)
@@ -219,9 +226,14 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, door.service, context, files)
             request = RunRequest.of(
-                task=task, pool=pool, max_steps=max_steps, context=context, self_correct=self_correct,
-                budget=Budget(max_tokens=max_tokens, max_usd=max_usd), files=file_refs,
-            )  # fmt: skip
+                task=task,
+                pool=pool,
+                max_steps=max_steps,
+                context=context,
+                self_correct=self_correct,
+                budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
+                files=file_refs,
+            )
             run = door.service.start(request)
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
 

@@ -150,11 +150,15 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
 def _totals(run: Run) -> str:
     t = run.totals
     cells = [
-        ("steps", t.steps), ("calls", t.calls), ("prompt tokens", t.prompt_tokens),
-        ("completion tokens", t.completion_tokens), ("cost", _money(t.cost_usd)),
-        ("conductor tokens", t.conductor_tokens), ("conductor cost", _money(t.conductor_cost_usd)),
+        ("steps", t.steps),
+        ("calls", t.calls),
+        ("prompt tokens", t.prompt_tokens),
+        ("completion tokens", t.completion_tokens),
+        ("cost", _money(t.cost_usd)),
+        ("conductor tokens", t.conductor_tokens),
+        ("conductor cost", _money(t.conductor_cost_usd)),
         ("wall", f"{t.wall_s:.2f}s"),
-    ]  # fmt: skip
+    ]
     return (
         '<table class="totals"><tr>'
         + "".join(f"<th>{k}</th>" for k, _ in cells)
@@ -201,10 +205,14 @@ def _step(run: Run, step: StepRecord) -> str:
     seen = [source_key(step.parent, i) for i in step.access]
     sees = ", ".join(f'<a href="#step-{_e(k)}">{_e(k)}</a>' for k in seen) or "the task only"
     facts = [
-        ("model", _e(step.model)), ("answered by", _e(step.answered_by or "")), ("sees", sees),
-        ("finish", _e(step.finish_reason or "")), ("started", _e(step.started_at or "")),
-        ("ended", _e(step.ended_at or "")), ("messages digest", _e(step.messages_digest or "")),
-    ]  # fmt: skip
+        ("model", _e(step.model)),
+        ("answered by", _e(step.answered_by or "")),
+        ("sees", sees),
+        ("finish", _e(step.finish_reason or "")),
+        ("started", _e(step.started_at or "")),
+        ("ended", _e(step.ended_at or "")),
+        ("messages digest", _e(step.messages_digest or "")),
+    ]
     if step.inherited_from:
         facts.append(("taken from run", f'<a href="{run_href(step.inherited_from)}">{_e(step.inherited_from)}</a>'))
     if step.truncated_inputs:
