@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -22,7 +22,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
-from conductor_mcp.core.outcome import Stop, StopKind
+from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
 from conductor_mcp.core.records import Run, ToolResult, now
@@ -50,13 +50,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-EndStatus = Literal["interrupted", "cancelled", "failed"]
-END_KINDS: dict[EndStatus, StopKind] = {
-    "interrupted": "interrupted",
-    "cancelled": "cancelled",
-    "failed": "internal_error",
-}
-
 
 def new_run_id() -> str:
     """Random, not sequential: one user's run ids tell nothing about another's."""
@@ -67,16 +60,10 @@ class Service(RunReader):
     """Runs executing in this process, and everything a door may do with a run. Made by `Service.open`."""
 
     def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        lease: Lease,
-        owner: TaskOwner,
-        bus: ProgressBus | None,
-        workspaces: Workspaces | None = None,
+        self, settings: Settings, store: Store, lease: Lease, owner: TaskOwner, bus: ProgressBus | None
     ) -> None:
         super().__init__(settings, store, lease)
-        self.workspaces = workspaces  # every agent workspace of every run, removed when the run ends
+        self.workspaces: Workspaces | None = None  # every agent workspace of every run (Service.open opens it)
         self._lease = lease
         self._owner = owner
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
@@ -99,8 +86,8 @@ class Service(RunReader):
         try:
             lease = open_lease(settings.state_dir, store)
             try:
-                workspaces = await stack.enter_async_context(open_workspaces(settings))
-                service = cls(settings, store, lease, owner, open_progress_bus(store, owner), workspaces)
+                service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                service.workspaces = await stack.enter_async_context(open_workspaces(settings))
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
                 try:
                     yield service

@@ -98,15 +98,21 @@ class WorkspaceSteps:
                     await self._agent(record, worker, messages, workspace, work)
                 else:
                     await self._tools(run, record, worker, messages, workspace, work)
-        finally:
+        except Exception:
             with contextlib.suppress(WorkspaceError):  # what it changed is kept even when it failed
                 await self._keep_change(workspace, work)
+            raise
+        await self._keep_change(workspace, work)
         record.answered_by = worker.model
 
     async def _agent(
-        self, record: StepRecord, worker: WorkerSpec, messages: list[dict[str, Any]], workspace: Workspace,
+        self,
+        record: StepRecord,
+        worker: WorkerSpec,
+        messages: list[dict[str, Any]],
+        workspace: Workspace,
         work: StepWork,
-    ) -> None:  # fmt: skip
+    ) -> None:
         prompt = "\n\n".join(str(m.get("content") or "") for m in messages)
         try:
             agent = await run_agent(worker, prompt, workspace, timeout_s=min(worker.timeout_s, self.deadline_s))
@@ -120,9 +126,14 @@ class WorkspaceSteps:
         record.cost_usd, record.latency_s = agent.cost_usd, agent.latency_s
 
     async def _tools(
-        self, run: Run, record: StepRecord, worker: WorkerSpec, messages: list[dict[str, Any]],
-        workspace: Workspace, work: StepWork,
-    ) -> None:  # fmt: skip
+        self,
+        run: Run,
+        record: StepRecord,
+        worker: WorkerSpec,
+        messages: list[dict[str, Any]],
+        workspace: Workspace,
+        work: StepWork,
+    ) -> None:
         complete = functools.partial(
             self.providers.complete, worker, label=worker.id, metadata=run.metadata, simulation=self.pool.simulation
         )
