@@ -30,8 +30,8 @@ def messages_digest(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+def now(timespec: str = "milliseconds") -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec=timespec)
 
 
 class Attempt(BaseModel):
@@ -42,6 +42,7 @@ class Attempt(BaseModel):
     ok: bool
     error: str | None = None
     latency_s: float = 0.0
+    started_at: str | None = None  # when the call was sent (a trace's span of it starts there)
 
 
 class ToolCall(BaseModel):
@@ -143,6 +144,7 @@ class Run(BaseModel):
     status: RunStatus = "planned"
     parent_id: str | None = None
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
+    trace_id: str | None = Field(default=None, description="its OpenTelemetry trace (32 hex digits), when traced")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     started_at: str | None = None

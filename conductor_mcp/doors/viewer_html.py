@@ -135,6 +135,8 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
         ("started", _e(run.started_at or "")),
         ("ended", _e(run.ended_at or "")),
     ]
+    if run.trace_id:
+        rows.append(("trace", f'<code class="trace">{_e(run.trace_id)}</code>'))
     if run.parent_id:
         rows.append(("follow-up of", f'<a class="parent" href="{run_href(run.parent_id)}">{_e(run.parent_id)}</a>'))
     if children:

@@ -109,6 +109,7 @@ class PostgresStore(Store):
             with self._pool.connection(timeout=30) as conn:
                 yield conn
         except (psycopg.Error, PoolTimeout) as exc:
+            self.failures += 1
             raise StoreError(_advice(self.location, exc, run_id)) from None
 
     def _migrate(self) -> int:
