@@ -161,8 +161,9 @@ def derive(directory: Path, parent: Workspace, ws_id: str, budget_bytes: int) ->
         own = parent.repo.common_dir / "objects"
         exclude = parent.store.git_dir / "info" / "exclude"
         store = git.Store.create(directory / "meta", [own, parent.store.git_dir / "objects"], exclude)
-        workspace = _worktree(directory, parent.repo, store, parent.snapshot(), ws_id, budget_bytes,
-                              parent.base.subdir, parent.base)  # fmt: skip
+        workspace = _worktree(
+            directory, parent.repo, store, parent.snapshot(), ws_id, budget_bytes, parent.base.subdir, parent.base
+        )
         store.borrowed = [own]  # its own copy of the base, so that it outlives the parent
         if store.snapshot(workspace.work) != workspace.base.tree:
             raise WorkspaceError(f"workspace {ws_id}: the result of {parent.id} did not come across intact")
@@ -199,9 +200,15 @@ def _worktree(
     head_tree = store.tree_of(repo.head)
     changes = store.diff(head_tree, tree, "-p", "--binary", "--full-index") if tree != head_tree else b""
     base = WorkspaceBase(
-        id=ws_id, kind="worktree", source=str(repo.top), subdir=subdir, commit=repo.head, tree=tree,
-        changes_digest=hashlib.sha256(changes).hexdigest() if changes else None, parent=parent.id if parent else None,
-    )  # fmt: skip
+        id=ws_id,
+        kind="worktree",
+        source=str(repo.top),
+        subdir=subdir,
+        commit=repo.head,
+        tree=tree,
+        changes_digest=hashlib.sha256(changes).hexdigest() if changes else None,
+        parent=parent.id if parent else None,
+    )
     return Workspace(base=base, dir=directory, work=work, store=store, repo=repo, worktree_entry=entry)
 
 
@@ -210,9 +217,13 @@ def _copy(directory: Path, source: Path, ws_id: str, budget_bytes: int, parent: 
     _copy_tree(source, work, budget_bytes)
     store = git.Store.create(directory / "meta", [], None)
     base = WorkspaceBase(
-        id=ws_id, kind="copy", source=parent.source if parent else str(source), tree=store.snapshot(work),
-        parent=parent.id if parent else None, subdir=parent.subdir if parent else "",
-    )  # fmt: skip
+        id=ws_id,
+        kind="copy",
+        source=parent.source if parent else str(source),
+        tree=store.snapshot(work),
+        parent=parent.id if parent else None,
+        subdir=parent.subdir if parent else "",
+    )
     return Workspace(base=base, dir=directory, work=work, store=store)
 
 

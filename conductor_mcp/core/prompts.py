@@ -82,14 +82,23 @@ def _full_system_prompt(workers: str, ids: list[str], max_steps: int) -> str:
     hard = {
         "reasoning": "A hard problem: two independent attempts, then a careful reviewer who sees both.",
         "steps": [
-            {"worker": first, "instruction": "Solve the problem step by step and state the final answer.",
-             "access": []},
-            {"worker": second, "instruction": "Solve the problem independently and state the final answer.",
-             "access": []},
-            {"worker": first, "instruction": "Compare both solutions, find and fix any error, and state the final "
-             "answer.", "access": "all"},
+            {
+                "worker": first,
+                "instruction": "Solve the problem step by step and state the final answer.",
+                "access": [],
+            },
+            {
+                "worker": second,
+                "instruction": "Solve the problem independently and state the final answer.",
+                "access": [],
+            },
+            {
+                "worker": first,
+                "instruction": "Compare both solutions, find and fix any error, and state the final answer.",
+                "access": "all",
+            },
         ],
-    }  # fmt: skip
+    }
     return (
         "You are the Conductor. You do not solve tasks yourself: you write a short workflow that a team of AI "
         "workers carries out.\n\n"

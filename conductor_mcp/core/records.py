@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.request import FileRef, RunRequest
@@ -134,6 +135,10 @@ class Run(BaseModel):
     )
     pool: str
     pool_digest: str
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers, as asked")
+    worker_ids: list[str] | None = Field(
+        default=None, description="the pool ids the run may use, when fewer than the pool's (see core/choice.py)"
+    )
     conductor_model: str
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
@@ -176,9 +181,17 @@ class Run(BaseModel):
     def request(self) -> RunRequest:
         """The request this run carries out (a follow-up copies it with changes)."""
         return RunRequest(
-            task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
-            budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
-        )  # fmt: skip
+            task=self.task,
+            pool=self.pool,
+            max_steps=self.max_steps,
+            context=self.context,
+            metadata=self.metadata,
+            budget=self.budget,
+            self_correct=self.self_correct,
+            files=tuple(self.files),
+            tools=tuple(self.tools),
+            workers=self.workers,
+        )
 
     def follow(self, parent: Run, review: Step) -> None:
         """Make this new run a follow-up of `parent`: the parent's finished steps, taken over as they are, then
@@ -191,8 +204,9 @@ class Run(BaseModel):
         )
         self.steps = [
             step.model_copy(update={"inherited_from": parent.inherited_origin(step)})
-            for step in parent.steps if step.status == "done"
-        ]  # fmt: skip
+            for step in parent.steps
+            if step.status == "done"
+        ]
 
     def mark_interrupted(self) -> list[int]:
         """Record that the process running this run died: the run interrupted, its running steps cancelled.

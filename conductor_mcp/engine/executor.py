@@ -141,9 +141,17 @@ class Executor:
             key = f"{parent}.{i}" if parent else str(i)
             record = self._record(run, key)
             if record is None:
-                record = StepRecord(key=key, index=i, depth=depth, parent=parent, worker_id=step.worker,
-                                    visible_id=step.worker, model="", instruction=step.instruction,
-                                    access=list(step.access))  # fmt: skip
+                record = StepRecord(
+                    key=key,
+                    index=i,
+                    depth=depth,
+                    parent=parent,
+                    worker_id=step.worker,
+                    visible_id=step.worker,
+                    model="",
+                    instruction=step.instruction,
+                    access=list(step.access),
+                )
                 run.steps.append(record)
                 self._positions[key] = len(run.steps) - 1
             if record.status != "done":
@@ -297,10 +305,14 @@ class Executor:
     async def _call_worker(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> None:
         worker = self.pool.get(record.worker_id)
         result = await self.providers.complete(
-            worker, messages, label=worker.id, metadata=run.metadata, simulation=self.pool.simulation,
+            worker,
+            messages,
+            label=worker.id,
+            metadata=run.metadata,
+            simulation=self.pool.simulation,
             fallbacks=[(f.id, f) for f in self.pool.fallbacks_of(worker)],
             tools=run.tools if client_tools.offers_tools(run, record) else None,
-        )  # fmt: skip
+        )
         record.status, record.output, record.finish_reason = "done", result.text, result.finish_reason
         record.tool_calls = client_tools.tool_calls_of(run.id, record.index, result.tool_calls)
         record.answered_by, record.attempts = result.answered_by, result.attempts
