@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         description="put prompts and answers in trace spans (gen_ai.input.messages / output.messages); off: only "
         "models, tokens, finish reasons and timings",
     )
+    workspace_dir: Path | None = Field(
+        default=None, description="where agent workspaces live (outside /tmp for Codex); unset: state_dir/workspaces"
+    )
+    max_agents: int = Field(default=4, ge=1, description="agent and tool-using steps running at once, in all runs")
+    workspace_disk_gib: float = Field(default=20.0, gt=0, description="disk all workspaces may take together, GiB")
 
     @field_validator("pool_path", "roots", mode="before")
     @classmethod
@@ -152,6 +157,10 @@ class Settings(BaseSettings):
     def file_roots(self) -> list[Path]:
         """Where `files` may be read from: a client's declared roots can only narrow these (context_files.py)."""
         return list(self.roots) or [Path.cwd()]
+
+    @property
+    def workspace_root(self) -> Path:
+        return (self.workspace_dir or self.state_dir / "workspaces").expanduser()
 
     @property
     def db_path(self) -> Path:
