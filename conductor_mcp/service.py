@@ -122,6 +122,7 @@ class Service(RunReader):
             pool_digest=self.pools.digest(pool), conductor_model=pool.conductor.model, max_steps=steps,
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
+            principal=request.principal,
         )  # fmt: skip
         return run, pool
 

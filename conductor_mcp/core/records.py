@@ -16,6 +16,7 @@ from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Step, Workflow
@@ -142,6 +143,7 @@ class Run(BaseModel):
     stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
     status: RunStatus = "planned"
     parent_id: str | None = None
+    principal: str = Field(default=LOCAL_NAME, description="who started the run: only it (and admins) may see it")
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
@@ -176,6 +178,7 @@ class Run(BaseModel):
         return RunRequest(
             task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
             budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
+            principal=self.principal,
         )  # fmt: skip
 
     def follow(self, parent: Run, review: Step) -> None:

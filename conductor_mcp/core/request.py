@@ -21,6 +21,7 @@ from conductor_mcp.core.limits import (
     MAX_TOOLS,
     MAX_TOOLS_CHARS,
 )
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
@@ -106,6 +107,7 @@ class RunRequest(BaseModel):
     tools: tuple[dict[str, Any], ...] = Field(
         default=(), description="the client's function tools (chat format), for the final step"
     )
+    principal: str = Field(default=LOCAL_NAME, description="who asks: the run is theirs (core/principal.py)")
 
     @field_validator("task")
     @classmethod
