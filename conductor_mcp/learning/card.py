@@ -51,20 +51,32 @@ def write_card(
 ) -> dict[str, Any]:
     """The adapter's card (card.json, README.md) and reward curve, written next to it; returns the card."""
     card = {
-        "base_model": _portable(args.base_model), "adapter": _portable(adapter), "pool": pool.name,
+        "base_model": _portable(args.base_model),
+        "adapter": _portable(adapter),
+        "pool": pool.name,
         "pool_digest": pool.digest(),
-        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})", "steps": args.steps,
+        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})",
+        "steps": args.steps,
         "recipe": {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()},
-        "conductor_prompt": pool.conductor.prompt, "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
-        "sft_steps": args.sft_steps, "sft_losses": sft_losses, "held_out": evaluation,
+        "conductor_prompt": pool.conductor.prompt,
+        "lora_r": args.lora_r,
+        "reward_curve": curve,
+        "losses": losses,
+        "sft_steps": args.sft_steps,
+        "sft_losses": sft_losses,
+        "held_out": evaluation,
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
-    }  # fmt: skip
+    }
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
     plot_curve(curve, args.out / "reward_curve.png", sft_losses)
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
     targets = "workflows and their first steps alone" if args.sft_first_step_too else "workflows"
-    warm = (f"a supervised warm start of {args.sft_steps} steps on the sim conductor's {targets} (SFT loss "
-            f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then " if sft_losses else "")  # fmt: skip
+    warm = (
+        f"a supervised warm start of {args.sft_steps} steps on the sim conductor's {targets} (SFT loss "
+        f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then "
+        if sft_losses
+        else ""
+    )
     (args.out / "README.md").write_text(
         f"# Conductor adapter\n\nBase model `{card['base_model']}`, LoRA r={args.lora_r}, trained with {warm}GRPO for "
         f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
@@ -73,7 +85,7 @@ def write_card(
         f"Serve it: `python tools/serve_conductor.py --model {card['base_model']} --lora conductor={card['adapter']}`, "
         "with "
         f"`prompt: {pool.conductor.prompt}` under the pool's `conductor:` (the prompt it was trained on).\n"
-    )  # fmt: skip
+    )
     return card
 
 
@@ -88,9 +100,11 @@ def held_out_summary(evaluation: dict[str, Any]) -> str:
             continue
         result = evaluation[when]
         domains = ", ".join(f"{d} {a:.2f}" for d, a in result["accuracy_by_domain"].items())
-        lines.append(f"- {name}: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
-                     f"({domains}), well-formed {result['well_formed']:.2f}, steps/task "
-                     f"{result.get('steps_per_task', 1.0):.2f}\n")  # fmt: skip
+        lines.append(
+            f"- {name}: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
+            f"({domains}), well-formed {result['well_formed']:.2f}, steps/task "
+            f"{result.get('steps_per_task', 1.0):.2f}\n"
+        )
     return "".join(lines) + "\n"
 
 

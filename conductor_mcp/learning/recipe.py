@@ -24,11 +24,21 @@ from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.pools import load_pool
 
 PAPER = {
-    "--base-model": "Qwen/Qwen2.5-7B-Instruct", "--pool": "paper", "--steps": "200", "--questions": "4",
-    "--group-size": "64", "--temperature": "1.0", "--lr": "1e-6", "--beta": "0.0", "--max-completion-length": "1024",
-    "--max-steps-per-workflow": "5", "--lora-r": "16", "--lora-alpha": "32", "--subpool-k": "4",
+    "--base-model": "Qwen/Qwen2.5-7B-Instruct",
+    "--pool": "paper",
+    "--steps": "200",
+    "--questions": "4",
+    "--group-size": "64",
+    "--temperature": "1.0",
+    "--lr": "1e-6",
+    "--beta": "0.0",
+    "--max-completion-length": "1024",
+    "--max-steps-per-workflow": "5",
+    "--lora-r": "16",
+    "--lora-alpha": "32",
+    "--subpool-k": "4",
     "--recursion-steps": "40",
-}  # fmt: skip
+}
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm")
 MIN_GPU_GIB = 70  # a 7B policy in bf16 with LoRA, its activations and a colocated vLLM copy with KV cache
 MIN_DISK_GIB = 40  # the base model's weights in the Hugging Face cache, checkpoints, vLLM's compile cache
@@ -40,8 +50,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, argpa
     parser.add_argument("--dataset", action="append", required=True, help="training tasks (JSONL); repeatable")
     parser.add_argument("--out", required=True, help="where the adapter, card and curves go")
     parser.add_argument("--dry-run", action="store_true", help="check everything but the GPU, print the plan")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="override one of the paper's values, e.g. --set steps=50")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one of the paper's values, e.g. --set steps=50",
+    )
     own = parser.parse_args(argv)
     values = dict(PAPER)
     for entry in own.set:

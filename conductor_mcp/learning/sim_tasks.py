@@ -56,8 +56,12 @@ def structured_task_set(n: int, seed: int = 0, domains: Sequence[str] = SIM_DOMA
         if domain == "math":
             task |= {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": f"{head} Compute the value."}
         else:
-            task |= {"type": "multiple_choice", "answer": rng.choice("ABCD"), "choices": list("ABCD"),
-                     "question": f"{head} Choose A, B, C or D."}  # fmt: skip
+            task |= {
+                "type": "multiple_choice",
+                "answer": rng.choice("ABCD"),
+                "choices": list("ABCD"),
+                "question": f"{head} Choose A, B, C or D.",
+            }
         tasks.append(task)
     return tasks
 

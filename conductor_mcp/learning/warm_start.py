@@ -66,16 +66,30 @@ def warm_start(
     from trl import SFTConfig, SFTTrainer
 
     config = SFTConfig(
-        output_dir=str(Path(args.out) / "sft"), max_steps=args.sft_steps, learning_rate=args.sft_lr,
-        per_device_train_batch_size=args.sft_batch, logging_steps=1, save_strategy="no", report_to="none",
-        seed=args.seed, use_cpu=use_cpu, bf16=False, disable_tqdm=True, completion_only_loss=True,
-        gradient_checkpointing=False, max_length=None,  # prompts carry one BOS (training.prompt_text), as in GRPO
-    )  # fmt: skip
+        output_dir=str(Path(args.out) / "sft"),
+        max_steps=args.sft_steps,
+        learning_rate=args.sft_lr,
+        per_device_train_batch_size=args.sft_batch,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        use_cpu=use_cpu,
+        bf16=False,
+        disable_tqdm=True,
+        completion_only_loss=True,
+        gradient_checkpointing=False,
+        max_length=None,  # prompts carry one BOS (training.prompt_text), as in GRPO
+    )
     trainer = SFTTrainer(
-        model=args.base_model, args=config, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer,
-        peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear",
-                               task_type="CAUSAL_LM"),
-    )  # fmt: skip
+        model=args.base_model,
+        args=config,
+        train_dataset=Dataset.from_list(pairs),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
+        ),
+    )
     trainer.train()
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     return trainer.model, losses

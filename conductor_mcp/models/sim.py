@@ -55,7 +55,7 @@ class SimCall:
     the task's reference data, its pool's simulation settings, and the server's override of the time scale. It
     travels as an object, not a dict, so a call costs no serialisation (benchmarks count this per step)."""
 
-    task: dict[str, Any] = field(default_factory=dict)
+    reference: dict[str, Any] = field(default_factory=dict)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     time_scale: float | None = None
     call_log: Path | None = None
@@ -313,11 +313,11 @@ def _reply(
     if name in call.simulation.conductors or name == "conductor":
         conductor = call.simulation.conductors.get(name, SimConductorProfile())
         system = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
-        text = conductor_output(name, conductor, messages, call.task, _max_steps(optional_params, system))
+        text = conductor_output(name, conductor, messages, call.reference, _max_steps(optional_params, system))
         tokens = _tokens(text)
         return text, tokens, conductor.first_token_s + tokens / conductor.tokens_per_s
     worker = call.simulation.workers.get(name, SimWorkerProfile())
-    text, tokens = worker_answer(name, worker, _text(messages), call.task)
+    text, tokens = worker_answer(name, worker, _text(messages), call.reference)
     return text, tokens, worker.first_token_s + tokens / worker.tokens_per_s
 
 

@@ -244,9 +244,15 @@ class Store(ABC):
         run and principal (an empty filter: none). Paged by keyset, not offset: `before` is the (created_at, id)
         of the last row of the previous page. See `list_query`."""
         query, params = list_query(
-            self.TOTALS_JSON, self.MARK, limit, status=status, pool=pool, parent_id=parent_id, principal=principal,
+            self.TOTALS_JSON,
+            self.MARK,
+            limit,
+            status=status,
+            pool=pool,
+            parent_id=parent_id,
+            principal=principal,
             before=before,
-        )  # fmt: skip
+        )
         return run_summaries(self._rows(query, params))
 
     @abstractmethod
@@ -275,8 +281,11 @@ def list_query(
     """The run-list query both backends run (see `Store.list_runs`): `totals` is the backend's expression for
     the totals JSON text, `mark` its parameter placeholder."""
     filters: list[tuple[LiteralString, str | None]] = [
-        ("status", status), ("pool", pool), ("parent_id", parent_id), ("principal", principal),
-    ]  # fmt: skip
+        ("status", status),
+        ("pool", pool),
+        ("parent_id", parent_id),
+        ("principal", principal),
+    ]
     where: list[LiteralString] = [f"{column} = {mark}" for column, value in filters if value]
     params: list[Any] = [value for _, value in filters if value]
     if before is not None:

@@ -30,17 +30,22 @@ pytestmark = [pytest.mark.slow]
 ADMIN = "principals-admin-token-0123456789-abcdefghijk"  # CONDUCTOR_HTTP_TOKEN: the local user, an admin
 TASK = "What is 6 * 7? Explain step by step."
 WEATHER_TOOL = {
-    "type": "function", "name": "get_weather", "description": "The weather in a city.",
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}  # fmt: skip
+}
 TOOL_TASK = 'Should I take an umbrella in Paris? Call get_weather {"city": "Paris"} first.'
 
 
 def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "tokens", *args],
-        env=server_env(state), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=server_env(state),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 class Team:
@@ -54,8 +59,12 @@ class Team:
         pools.mkdir()
         slow = {name: {"first_token_s": 6000} for name in ("alpha", "beta", "gamma")}  # a minute at the scale below
         write_pool(pools, sim_pool_doc(name="slowsim", simulation={"workers": slow}))
-        env = {"CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": ADMIN, "CONDUCTOR_SIM_TIME_SCALE": "0.01",
-               "CONDUCTOR_TASK_POLL_MS": "100"}  # fmt: skip
+        env = {
+            "CONDUCTOR_POOL": "sim",
+            "CONDUCTOR_HTTP_TOKEN": ADMIN,
+            "CONDUCTOR_SIM_TIME_SCALE": "0.01",
+            "CONDUCTOR_TASK_POLL_MS": "100",
+        }
         self.server = HttpServer(self.state, pools, **env)
         self.base = f"http://127.0.0.1:{self.server.port}"
 
@@ -212,10 +221,20 @@ def test_v1_runs_previous_responses_and_call_ids_are_the_principals_own(team: Te
                 tools=[WEATHER_TOOL],
                 previous_response_id=first.id,  # type: ignore[arg-type,list-item]
             )
-        messages = [{"role": "user", "content": TOOL_TASK},
-                    {"role": "assistant", "tool_calls": [{"id": call.call_id, "type": "function",
-                     "function": {"name": call.name, "arguments": call.arguments}}]},
-                    {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"}]  # fmt: skip
+        messages = [
+            {"role": "user", "content": TOOL_TASK},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"},
+        ]
         with pytest.raises(openai.NotFoundError):
             bob.chat.completions.create(model="conductor/sim", messages=messages)  # type: ignore[arg-type]
     with team.http("alice") as raw:
@@ -224,9 +243,11 @@ def test_v1_runs_previous_responses_and_call_ids_are_the_principals_own(team: Te
     with team.http("ops") as raw:
         assert raw.get(f"/v1/runs/{run_id}").status_code == 200
     second = alice.responses.create(
-        model="conductor/sim", input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],  # type: ignore[list-item]
-        previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
-    )  # fmt: skip
+        model="conductor/sim",
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],  # type: ignore[list-item]
+        previous_response_id=first.id,
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+    )
     assert response_run(second) == run_id and "Tool result: sunny" in second.output_text
 
 
@@ -246,8 +267,12 @@ def test_the_viewer_shows_a_principal_its_own_runs_and_ends_revoked_sessions(tea
         with team.http() as client:
             listing = client.get("/ui/", headers=headers)
             assert listing.status_code == 200 and run_id not in listing.text, who
-            for path in (f"/ui/runs/{run_id}", f"/ui/runs/{run_id}?part=body", f"/ui/runs/{run_id}/events",
-                         f"/ui/runs/{run_id}/steps/0/messages"):  # fmt: skip
+            for path in (
+                f"/ui/runs/{run_id}",
+                f"/ui/runs/{run_id}?part=body",
+                f"/ui/runs/{run_id}/events",
+                f"/ui/runs/{run_id}/steps/0/messages",
+            ):
                 assert client.get(path, headers=headers).status_code == 404, (who, path)
     with team.http("alice") as client:
         assert run_id in client.get("/ui/").text

@@ -32,11 +32,36 @@ RECIPE = Path(__file__).parents[2] / "tools" / "paper_recipe.py"
 
 def test_two_grpo_steps_change_the_adapter(tmp_path: Path) -> None:
     model = convert_gguf.convert()
-    args = train_conductor.parse_args([
-        "--base-model", str(model), "--pool", "sim-specialists", "--sim-tasks", "8", "--steps", "2",
-        "--questions", "2", "--group-size", "4", "--max-completion-length", "8", "--lr", "1e-3",
-        "--lora-r", "8", "--completion", "worker", "--seed", "3", "--eval-tasks", "4", "--out", str(tmp_path),
-    ])  # fmt: skip
+    args = train_conductor.parse_args(
+        [
+            "--base-model",
+            str(model),
+            "--pool",
+            "sim-specialists",
+            "--sim-tasks",
+            "8",
+            "--steps",
+            "2",
+            "--questions",
+            "2",
+            "--group-size",
+            "4",
+            "--max-completion-length",
+            "8",
+            "--lr",
+            "1e-3",
+            "--lora-r",
+            "8",
+            "--completion",
+            "worker",
+            "--seed",
+            "3",
+            "--eval-tasks",
+            "4",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     card = train_conductor.train(args)
     assert len(card["losses"]) == 2 and all(math.isfinite(loss) for loss in card["losses"])
     assert len(card["reward_curve"]) == 2 and all(0.0 <= r <= 1.0 for r in card["reward_curve"])
@@ -79,14 +104,54 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     """The whole-conductor path: SFT on the scripted testbed conductor's workflows, then GRPO on JSON workflows
     with a cost term, continuing the same adapter; the held-out files feed tools/evaluate.py --workflows."""
     model = convert_gguf.convert()
-    args = train_conductor.parse_args([
-        "--base-model", str(model), "--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4",
-        "--eval-tasks", "2", "--sft-steps", "2", "--sft-batch", "2", "--sft-lr", "1e-3", "--eval-warm-start",
-        "--sft-first-step-too", "--steps", "1", "--questions", "2", "--group-size", "2", "--grad-accum", "2",
-        "--max-completion-length", "16", "--lr", "1e-4",
-        "--cost-weight", "0.2", "--max-steps-per-workflow", "3", "--lora-r", "4", "--lora-alpha", "8", "--seed", "2",
-        "--beta", "0.04", "--out", str(tmp_path),
-    ])  # fmt: skip
+    args = train_conductor.parse_args(
+        [
+            "--base-model",
+            str(model),
+            "--pool",
+            "sim-structured",
+            "--sim-set",
+            "structured",
+            "--sim-tasks",
+            "4",
+            "--eval-tasks",
+            "2",
+            "--sft-steps",
+            "2",
+            "--sft-batch",
+            "2",
+            "--sft-lr",
+            "1e-3",
+            "--eval-warm-start",
+            "--sft-first-step-too",
+            "--steps",
+            "1",
+            "--questions",
+            "2",
+            "--group-size",
+            "2",
+            "--grad-accum",
+            "2",
+            "--max-completion-length",
+            "16",
+            "--lr",
+            "1e-4",
+            "--cost-weight",
+            "0.2",
+            "--max-steps-per-workflow",
+            "3",
+            "--lora-r",
+            "4",
+            "--lora-alpha",
+            "8",
+            "--seed",
+            "2",
+            "--beta",
+            "0.04",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     card = train_conductor.train(args)
     assert len(card["sft_losses"]) == 2 and all(math.isfinite(loss) for loss in card["sft_losses"])
     assert len(card["losses"]) == 1 and len(card["reward_curve"]) == 1
@@ -117,8 +182,9 @@ def check_the_shape_probe(run_dir: Path, args: argparse.Namespace) -> None:
     assert set(report) == {"warm start", "trained"}
     for rows in report.values():
         assert sum(s["tasks"] for s in rows.values()) == args.eval_tasks
-        assert all(s["another_step"] > 0 and s["end"] > 0 and s["another_step"] + s["end"] <= 1 + 1e-6
-                   for s in rows.values())  # fmt: skip
+        assert all(
+            s["another_step"] > 0 and s["end"] > 0 and s["another_step"] + s["end"] <= 1 + 1e-6 for s in rows.values()
+        )
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(args.base_model), str(run_dir / "adapter"))
     pool = load_pool("sim-structured", [builtin_pool_dir()])
@@ -126,8 +192,13 @@ def check_the_shape_probe(run_dir: Path, args: argparse.Namespace) -> None:
     messages = prompts.conductor_messages(pool, 3, task["question"], None)
     context = train_conductor.prompt_text(tokenizer, messages) + shape_probe.first_step_prefix(pool, task, 3)
     with torch.no_grad():
-        out = model.generate(**tokenizer(context, return_tensors="pt"), max_new_tokens=1, do_sample=False,
-                             output_scores=True, return_dict_in_generate=True)  # fmt: skip
+        out = model.generate(
+            **tokenizer(context, return_tensors="pt"),
+            max_new_tokens=1,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
     token = int(out.sequences[0, -1])
     scored = float(torch.softmax(out.scores[0][0].float(), dim=-1)[token])
     [probed] = shape_probe.continuation_probabilities(model, tokenizer, context, [tokenizer.decode([token])])

@@ -113,8 +113,9 @@ def test_conductor_malformed_rate() -> None:
         profile = SimConductorProfile(malformed_rate=rate)
         count = 0
         for i in range(30):
-            text = conductor_output("c", profile, [{"role": "system", "content": SYSTEM},
-                                                   {"role": "user", "content": f"Task:\n{i}"}], {}, 5)  # fmt: skip
+            text = conductor_output(
+                "c", profile, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Task:\n{i}"}], {}, 5
+            )
             try:
                 parsed = parse_workflow(text)
                 _, repairs = validate_workflow(parsed, ["model_0", "model_1", "model_2"], 5)
@@ -232,20 +233,30 @@ def test_a_reviewer_fixes_only_what_it_is_shown() -> None:
 
 def test_the_scripted_testbed_conductor_writes_the_rewarded_shapes() -> None:
     pool = parse_pool(
-        {**sim_pool_doc(), "workers": [
-            {"id": "m", "model": "sim/m", "description": "Strongest at math."},
-            {"id": "c", "model": "sim/c", "description": "Strongest at code."},
-            {"id": "r", "model": "sim/r", "description": "A cheap reviewer."},
-        ]}, source="test", default_name="testpool",
-    )  # fmt: skip
+        {
+            **sim_pool_doc(),
+            "workers": [
+                {"id": "m", "model": "sim/m", "description": "Strongest at math."},
+                {"id": "c", "model": "sim/c", "description": "Strongest at code."},
+                {"id": "r", "model": "sim/r", "description": "A cheap reviewer."},
+            ],
+        },
+        source="test",
+        default_name="testpool",
+    )
     messages = prompts.conductor_messages(pool, 3, "Hard code task. Pitfall: sign.", None)
     profile = SimConductorProfile(style="testbed")
-    hard = json.loads(conductor_output("c", profile, messages, {"domain": "code", "difficulty": "hard",
-                                                                 "pitfall": "sign"}, 3))  # fmt: skip
-    easy = json.loads(conductor_output("c", profile, messages, {"domain": "math", "difficulty": "easy",
-                                                                 "pitfall": "units"}, 3))  # fmt: skip
-    assert [(s["worker"], s["access"]) for s in hard["steps"]] == [("model_1", []), ("model_1", []),
-                                                                    ("model_2", [0, 1])]  # fmt: skip
+    hard = json.loads(
+        conductor_output("c", profile, messages, {"domain": "code", "difficulty": "hard", "pitfall": "sign"}, 3)
+    )
+    easy = json.loads(
+        conductor_output("c", profile, messages, {"domain": "math", "difficulty": "easy", "pitfall": "units"}, 3)
+    )
+    assert [(s["worker"], s["access"]) for s in hard["steps"]] == [
+        ("model_1", []),
+        ("model_1", []),
+        ("model_2", [0, 1]),
+    ]
     assert len({s["instruction"] for s in hard["steps"]}) == 3 and all(
         "sign" in s["instruction"] for s in hard["steps"]
     )
