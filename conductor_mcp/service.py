@@ -127,7 +127,7 @@ class Service(RunReader):
             conductor_model=pool.conductor.model, max_steps=steps,
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
-            workspace=request.workspace, keep_workspaces=request.keep_workspaces,
+            workspace=request.workspace, keep_workspaces=request.keep_workspaces, principal=request.principal,
         )  # fmt: skip
         return run, pool_view(pool, worker_ids)
 
