@@ -108,6 +108,7 @@ class Service(RunReader):
         await self._owner.close()
         if self._bus is not None:
             await self._bus.close()
+        await self.providers.aclose()
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest) -> tuple[Run, Pool]:
