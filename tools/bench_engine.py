@@ -4,12 +4,13 @@
    on two routes: the simulator (instant `sim/` workers, a litellm custom provider) and HTTP (`hosted_vllm/`
    workers on a scripted OpenAI-compatible server on loopback, tools/stub_openai.py, in its own process so its
    CPU is not counted). The same calls with identical messages, made
-   a) as a bare call: a plain httpx POST and JSON parse (HTTP only: the floor of the HTTP work itself),
+   a) as a bare call: a plain POST and JSON parse (HTTP only: the floor of the HTTP work itself), with httpx and
+      with aiohttp (the library Providers' direct path uses for `hosted_vllm/` models),
    b) directly through litellm.acompletion,
    c) through Providers.complete (our retry/fallback/cost layer),
    d) as steps of a workflow run by the executor (scheduling, message building, SQLite writes, events).
-   Targets: (d) under 5 ms per step in all; the engine's own share, (d) less the bare call of its route ((a) on
-   HTTP, (b) on the simulator), at most 0.3 ms.
+   Targets: (d) under 5 ms per step in all; the engine's own share, (d) less the bare call of its route ((a) with
+   aiohttp on HTTP, (b) on the simulator), at most 0.3 ms.
 2. Parallelism: a 4-way fan-out plus an aggregator on simulated workers with fixed latencies, against its
    critical path (slowest branch + aggregator) and against sequential execution (sum of latencies).
    Target: within 10% of the critical path.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -32,6 +34,7 @@ from typing import Any
 from conductor_mcp.runtime import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before litellm loads
+import aiohttp
 import httpx
 import litellm
 import stub_openai  # tools/ is on sys.path
@@ -106,7 +109,7 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
 
 async def per_step(
     pool: Any, store: SqliteStore, models: providers.Providers, steps: int
-) -> tuple[float | None, float, float, float]:
+) -> tuple[tuple[float, float] | None, float, float, float]:
     """CPU ms per call: a bare HTTP POST (HTTP pools only), direct litellm, Providers.complete, an executor step;
     all on identical messages."""
     chain = Workflow(
@@ -124,7 +127,7 @@ async def per_step(
     sim_call = SimCall(task=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
     request = providers.call_arguments(spec, [], sim_call)
     request.pop("messages")
-    bare_ms = await bare_http(spec, all_messages) if spec.api_base else None
+    bare_ms = (await bare_httpx(spec, all_messages), await bare_aiohttp(spec, all_messages)) if spec.api_base else None
     started = time.process_time()
     for messages in all_messages:
         await litellm.acompletion(messages=messages, **request)
@@ -136,8 +139,21 @@ async def per_step(
     return bare_ms, direct_ms, provider_ms, executor_ms
 
 
-async def bare_http(spec: Any, all_messages: list[list[dict[str, Any]]]) -> float:
-    """CPU ms of one plain httpx POST of the same chat request and the parse of its JSON answer: the floor."""
+async def bare_aiohttp(spec: Any, all_messages: list[list[dict[str, Any]]]) -> float:
+    """CPU ms of one plain aiohttp POST of the same chat request and the parse of its JSON answer: the floor."""
+    name = spec.model.split("/", 1)[1]
+    url = f"{spec.api_base}/chat/completions"
+    async with aiohttp.ClientSession(headers={"content-type": "application/json"}) as session:
+        started = time.process_time()
+        for messages in all_messages:
+            async with session.post(url, data=json.dumps({"model": name, "messages": messages})) as response:
+                assert response.status == 200
+                assert json.loads(await response.read())["choices"][0]["message"]["content"]
+        return (time.process_time() - started) * 1000 / len(all_messages)
+
+
+async def bare_httpx(spec: Any, all_messages: list[list[dict[str, Any]]]) -> float:
+    """CPU ms of one plain httpx POST of the same chat request and the parse of its JSON answer."""
     name = spec.model.split("/", 1)[1]
     async with httpx.AsyncClient(base_url=spec.api_base, timeout=spec.timeout_s) as client:
         started = time.process_time()
@@ -165,13 +181,14 @@ async def route_overhead(route: str, pool: Any, store: SqliteStore, models: prov
     await per_step(pool, store, models, 20)  # warm-up: imports, litellm caches, SQLite pages, connections
     rows = [await per_step(pool, store, models, args.steps) for _ in range(args.reps)]
     bares = [row[0] for row in rows if row[0] is not None]
-    bare = statistics.median(bares) if bares else None
+    httpx_ms, bare = (statistics.median(b[i] for b in bares) for i in (0, 1)) if bares else (None, None)
     direct, provider, executor = (statistics.median(col) for col in zip(*(row[1:] for row in rows), strict=True))
     floor = bare if bare is not None else direct
     own = executor - floor
     print(f"\nper-step CPU, {route} ({args.steps} chained steps, median of {args.reps} runs, this process only)")
-    if bare is not None:
-        print(f"  bare httpx POST + JSON parse  {bare:7.3f} ms/call")
+    if bare is not None and httpx_ms is not None:
+        print(f"  bare aiohttp POST + JSON      {bare:7.3f} ms/call   (the floor)")
+        print(f"  bare httpx POST + JSON        {httpx_ms:7.3f} ms/call   ({httpx_ms / floor:.2f}x the bare call)")
     print(f"  litellm.acompletion direct    {direct:7.3f} ms/call   ({direct / floor:.2f}x the bare call)")
     print(f"  Providers.complete            {provider:7.3f} ms/call   ({provider / floor:.2f}x the bare call)")
     print(
@@ -203,6 +220,7 @@ async def main() -> int:
                 route = "HTTP workers (hosted_vllm/ on a loopback OpenAI-compatible stub)"
                 await route_overhead(route, http_pool(f"http://127.0.0.1:{port}/v1"), store, models, args)
             await fan_out_report(pool, store, models, args.reps)
+            await models.aclose()
             await providers.close_clients()
             store.close()
     finally:

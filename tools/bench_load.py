@@ -20,7 +20,7 @@ CPU is read and printed beside the server's, so a client bottleneck shows. Phase
 Phases 1 and 2 run on each of --routes: `sim` (the simulator, a litellm custom provider inside the server) and
 `http` (the same shapes of run on `hosted_vllm/` workers and conductor served by tools/stub_openai.py, a scripted
 OpenAI-compatible server on loopback in its own process, whose CPU is not counted: the path real pools take).
-On the HTTP route the bare HTTP work (a plain httpx POST of the same requests and the parse of the answer) is
+On the HTTP route the bare HTTP work (a plain aiohttp POST of the same requests and the parse of the answer) is
 timed beside litellm's, and the server's own CPU is what is left after the bare calls.
 
     python tools/bench_load.py                      # 1,000 concurrent runs of 30 s, 3 rounds (~5 min)
@@ -409,12 +409,12 @@ class Direct:
     """CPU ms of one call made directly in this process, as the server makes it, by kind (conductor, worker)."""
 
     litellm: tuple[float, float]
-    bare: tuple[float, float] | None = None  # a plain httpx POST and JSON parse: HTTP routes only
+    bare: tuple[float, float] | None = None  # a plain aiohttp POST and JSON parse: HTTP routes only
 
 
 async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     """The CPU of the calls one run of `pool_name` makes, made directly in this process: through
-    litellm.acompletion and, for HTTP models, as a bare httpx POST. HTTP calls go to the stub under a name it answers
+    litellm.acompletion and, for HTTP models, as a bare aiohttp POST. HTTP calls go to the stub under a name it answers
     at once (`direct-*`), with the messages the server sends."""
     # isort: off
     from conductor_mcp.runtime import prefer_bundled_price_map
@@ -469,18 +469,20 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
 
 
 async def bare_ms_per_call(request: dict[str, Any], all_messages: list[list[dict[str, Any]]]) -> float:
-    """CPU ms of a plain httpx POST of this chat request (the first 5 uncounted) and the parse of its answer."""
-    import httpx
+    """CPU ms of a plain aiohttp POST of this chat request (the first 5 uncounted) and the parse of its answer:
+    aiohttp, the library of the server's direct path (httpx costs ~5x more per call, see tools/bench_engine.py)."""
+    import aiohttp
 
     skip = {"model", "messages", "api_base", "api_key", "timeout", "input_cost_per_token", "output_cost_per_token"}
     body = {k: v for k, v in request.items() if k not in skip} | {"model": request["model"].split("/", 1)[1]}
+    url = f"{request['api_base']}/chat/completions"
     total = 0.0
-    async with httpx.AsyncClient(base_url=request["api_base"], timeout=request["timeout"]) as client:
+    async with aiohttp.ClientSession(headers={"content-type": "application/json"}) as session:
         for i, messages in enumerate(all_messages):
             started = time.process_time()
-            response = await client.post("/chat/completions", json={**body, "messages": messages})
-            response.raise_for_status()
-            assert response.json()["choices"][0]["message"]["content"]
+            async with session.post(url, data=json.dumps({**body, "messages": messages})) as response:
+                assert response.status == 200, response.status
+                assert json.loads(await response.read())["choices"][0]["message"]["content"]
             total += (time.process_time() - started) if i >= 5 else 0.0
     return total * 1000 / (len(all_messages) - 5)
 
@@ -537,7 +539,7 @@ def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurren
         f"\nCPU, {route.name} route (pool {route.cpu_pool}): {len(repeats)} x {first.runs} runs (latencies x "
         f"{CPU_TIME_SCALE}), {concurrency} at a time, {first.calls:.2f} model calls ({first.conductor_calls:.2f} "
         f"conductor) and {first.progress:.1f} progress notifications per run; the same calls timed directly in the "
-        f"bench process after each repeat{' (litellm, and bare httpx)' if http else ' (litellm)'}"
+        f"bench process after each repeat{' (litellm, and a bare aiohttp POST)' if http else ' (litellm)'}"
     )
     print(
         "   repeat  runs/s  server ms/run  litellm ms/call (cond, worker)  litellm ms/run"
