@@ -117,11 +117,29 @@ def run_isolated(
     with ExitStack() as stack:
         stdio = [stack.enter_context(memfd(name, text)) for name, text in (("stdin", stdin), ("out", ""), ("err", ""))]
         proc = start_isolated(
-            stack, bwrap, argv, stdio=(stdio[0], stdio[1], stdio[2]), deadline=deadline, limits=limits,
-            files=files, workdir=workdir,
-        )  # fmt: skip
+            stack,
+            bwrap,
+            argv,
+            stdio=(stdio[0], stdio[1], stdio[2]),
+            deadline=deadline,
+            limits=limits,
+            files=files,
+            workdir=workdir,
+        )
         timed_out = wait_until(proc, deadline)
         return SandboxResult(read_all(stdio[1]), read_all(stdio[2]), None if timed_out else proc.returncode, timed_out)
+
+
+# Every sandbox: its own namespaces, killed with its parent, no terminal, no inherited environment or capability.
+_BWRAP_ISOLATION = (
+    "--unshare-all",
+    "--unshare-user",
+    "--die-with-parent",
+    "--new-session",
+    "--clearenv",
+    "--cap-drop",
+    "ALL",
+)
 
 
 def start_isolated(
@@ -142,39 +160,55 @@ def start_isolated(
     limits = limits or Limits()
     as_root = os.geteuid() == 0
     files = dict(files or {})
-    command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
-               "--cap-drop", "ALL"]  # fmt: skip
-    if as_root:  # the namespace's uid map is written below, while bwrap waits on --userns-block-fd
-        (info_r, info_w), (block_r, block_w) = os.pipe(), os.pipe()
-        stack.callback(os.close, info_r)
-        stack.callback(os.close, block_w)
-        handoff = [info_w, block_r]
-        command += ["--info-fd", str(info_w), "--userns-block-fd", str(block_r),
-                    "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
-    else:  # bwrap maps SANDBOX_UID to the caller's uid itself
-        handoff = []
-        command += ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    config = {"drop_to": SANDBOX_UID if as_root else None, "limits": rlimits(limits, count_processes=True),
-              "argv": list(argv)}  # fmt: skip
-    command += [*_filesystem_args(files, limits, workdir), sys.executable, "-I", "-S", "-c", BOOTSTRAP,
-                json.dumps(config)]  # fmt: skip
+    user_args, handoff, ends = _sandbox_user(stack, as_root)
+    config = {
+        "drop_to": SANDBOX_UID if as_root else None,
+        "limits": rlimits(limits, count_processes=True),
+        "argv": list(argv),
+    }
+    command = [bwrap, *_BWRAP_ISOLATION, *user_args, *_filesystem_args(files, limits, workdir)]
+    command += [sys.executable, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)]
     try:
         proc = subprocess.Popen(
-            command, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env={},
-            pass_fds=[*handoff, *files.values(), *keep_fds], extra_groups=[] if as_root else None,
-        )  # fmt: skip
+            command,
+            stdin=stdio[0],
+            stdout=stdio[1],
+            stderr=stdio[2],
+            env={},
+            pass_fds=[*handoff, *files.values(), *keep_fds],
+            extra_groups=[] if as_root else None,
+        )
     finally:
         for fd in handoff:  # bwrap holds its own copies
             os.close(fd)
     stack.callback(reap, proc)
-    if as_root:
-        child = _read_child_pid(info_r, deadline)
-        if child is None:  # bwrap failed before it made the sandbox: its stderr says why
-            proc.kill()
-        else:
-            _map_sandbox_user(child)
-            os.write(block_w, b"x")
+    if ends is not None:
+        _hand_over_user(proc, ends, deadline)
     return proc
+
+
+def _sandbox_user(stack: ExitStack, as_root: bool) -> tuple[list[str], list[int], tuple[int, int] | None]:
+    """bwrap's arguments for the sandbox's user, the descriptors to pass it, and, as root, the pipe ends
+    (info, block) through which the namespace's uid map is written while bwrap waits on --userns-block-fd."""
+    if not as_root:  # bwrap maps SANDBOX_UID to the caller's uid itself
+        return ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)], [], None
+    (info_r, info_w), (block_r, block_w) = os.pipe(), os.pipe()
+    stack.callback(os.close, info_r)
+    stack.callback(os.close, block_w)
+    args = ["--info-fd", str(info_w), "--userns-block-fd", str(block_r)]
+    args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args, [info_w, block_r], (info_r, block_w)
+
+
+def _hand_over_user(proc: subprocess.Popen[bytes], ends: tuple[int, int], deadline: float) -> None:
+    """Write the uid map of the namespace bwrap made, then let it go on."""
+    info_r, block_w = ends
+    child = _read_child_pid(info_r, deadline)
+    if child is None:  # bwrap failed before it made the sandbox: its stderr says why
+        proc.kill()
+    else:
+        _map_sandbox_user(child)
+        os.write(block_w, b"x")
 
 
 def _filesystem_args(files: Mapping[str, int], limits: Limits, workdir: tuple[Path, bool] | None) -> list[str]:
@@ -205,8 +239,14 @@ def _filesystem_args(files: Mapping[str, int], limits: Limits, workdir: tuple[Pa
 def interpreter_dirs() -> list[str]:
     """The interpreter's prefixes (a venv, pyenv, /opt...) that /usr does not already hold, outermost first."""
     found: list[str] = []
-    for path in sorted({p for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
-                        for p in (d, os.path.realpath(d))}, key=len):  # fmt: skip
+    for path in sorted(
+        {
+            p
+            for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+            for p in (d, os.path.realpath(d))
+        },
+        key=len,
+    ):
         if not any(Path(path).is_relative_to(outer) for outer in ["/usr", *found]):
             found.append(path)
     return found
@@ -233,10 +273,19 @@ def _map_sandbox_user(pid: int) -> None:
     for name in ("uid_map", "gid_map"):
         Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n{SANDBOX_UID} {SANDBOX_UID} 1\n")
     lock = subprocess.run(
-        ["nsenter", f"--user=/proc/{pid}/ns/user", "--", "/bin/sh", "-c",
-         "echo 0 > /proc/sys/user/max_user_namespaces"],
-        env={}, capture_output=True, text=True, timeout=10,
-    )  # fmt: skip
+        [
+            "nsenter",
+            f"--user=/proc/{pid}/ns/user",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo 0 > /proc/sys/user/max_user_namespaces",
+        ],
+        env={},
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     if lock.returncode != 0:
         raise SandboxUnavailable(f"could not disable user namespaces in the sandbox: {lock.stderr.strip()}")
 
@@ -249,9 +298,25 @@ def host_view_prefix(bwrap: str, writable: Sequence[Path], chdir: Path) -> list[
     `writable` (each bound over its own path): the host read-only, a private /tmp, /proc and /dev, its own pid
     namespace (nothing it starts outlives it) and no capabilities. The program's environment is the one given
     to the process that runs the whole line."""
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL"]  # fmt: skip
+    args = [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+    ]
     for path in writable:  # after the tmpfs: a directory under /tmp is bound into it, not hidden by it
         args += ["--bind", str(path), str(path)]
     return [*args, "--chdir", str(chdir), "--"]

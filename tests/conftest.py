@@ -145,8 +145,13 @@ def faulty_base() -> str:
 
 
 def worker(base: str, behaviour: str, **fields: Any) -> dict[str, Any]:
-    return {"id": behaviour, "model": f"hosted_vllm/{behaviour}", "api_base": f"{base}/v1",
-            "description": f"behaves: {behaviour}", **fields}  # fmt: skip
+    return {
+        "id": behaviour,
+        "model": f"hosted_vllm/{behaviour}",
+        "api_base": f"{base}/v1",
+        "description": f"behaves: {behaviour}",
+        **fields,
+    }
 
 
 @pytest.fixture
@@ -218,8 +223,10 @@ class HttpServer:
         with self.log_path.open("wb") as log_file:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(self.port), *args],
-                env=server_env(state_dir, **extra, **env), stdout=subprocess.DEVNULL, stderr=log_file,
-            )  # fmt: skip
+                env=server_env(state_dir, **extra, **env),
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log_path.read_text(errors="replace")
@@ -281,8 +288,13 @@ def headless_chromium(width: int = 1280, height: int = 900) -> Any:
         pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--window-size={width},{height}"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(options=options, service=DriverService(executable_path=CHROMEDRIVER))
 
@@ -325,16 +337,22 @@ def postgres_server() -> Iterator[str]:
     if os.getuid() == 0:
         shutil.chown(base, "postgres", "postgres")
     data, port = base / "data", free_port()
-    subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-                                 "-E", "UTF8", "--no-sync"]), check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        _as_postgres(
+            [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]
+        ),
+        check=True,
+        capture_output=True,
+    )
     options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
     start = [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o", options, "start"]
     subprocess.run(_as_postgres(start), check=True, capture_output=True)
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}"
     finally:
-        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            _as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True
+        )
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -37,11 +37,16 @@ WORK_SO_FAR = "## The team's work so far"
 
 
 def completion(model: str, text: str) -> JSONResponse:
-    return JSONResponse({
-        "id": f"cmpl-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
-    })  # fmt: skip
+    return JSONResponse(
+        {
+            "id": f"cmpl-{time.time_ns()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+        }
+    )
 
 
 def raw(model: str, choices: list[object]) -> Response:
@@ -115,11 +120,13 @@ async def stats(_: Request) -> JSONResponse:
     return JSONResponse(dict(counts))
 
 
-app = Starlette(routes=[
-    Route("/v1/chat/completions", chat, methods=["POST"]),
-    Route("/v1/models", models),
-    Route("/stats", stats),
-])  # fmt: skip
+app = Starlette(
+    routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models),
+        Route("/stats", stats),
+    ]
+)
 
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

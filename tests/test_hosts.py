@@ -48,8 +48,12 @@ def host_env(home: Path, **extra: str) -> dict[str, str]:
 def install(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "install", *args],
-        capture_output=True, text=True, env=host_env(home), cwd=cwd or home, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=host_env(home),
+        cwd=cwd or home,
+        timeout=120,
+    )
 
 
 def installed(home: Path, *args: str) -> str:
@@ -62,9 +66,14 @@ def claude(home: Path, *args: str, **env: str) -> str:
     assert CLAUDE, "CI must install Claude Code (see .ci/run)"
     quiet = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     result = subprocess.run(
-        [CLAUDE, *args], capture_output=True, text=True, env=host_env(home, **quiet, **env), cwd=home,
-        stdin=subprocess.DEVNULL, timeout=180,
-    )  # fmt: skip
+        [CLAUDE, *args],
+        capture_output=True,
+        text=True,
+        env=host_env(home, **quiet, **env),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        timeout=180,
+    )
     return result.stdout + result.stderr
 
 
@@ -93,8 +102,12 @@ def test_claude_code_reaches_the_http_form_with_the_token_from_its_environment(h
     try:
         installed(home, "claude-code", "--http", "--url", server.url, "--name", "conductor-http")
         written = entry(home / ".claude.json", "mcpServers", "conductor-http")
-        assert written == {"type": "http", "url": server.url, "timeout": TOOL_TIMEOUT_S * 1000,
-                           "headers": {"Authorization": "Bearer ${CONDUCTOR_HTTP_TOKEN}"}}  # fmt: skip
+        assert written == {
+            "type": "http",
+            "url": server.url,
+            "timeout": TOOL_TIMEOUT_S * 1000,
+            "headers": {"Authorization": "Bearer ${CONDUCTOR_HTTP_TOKEN}"},
+        }
         assert "Connected" in claude(home, "mcp", "list", CONDUCTOR_HTTP_TOKEN=TOKEN)
         refused = claude(home, "mcp", "list", CONDUCTOR_HTTP_TOKEN="a-wrong-token")
         assert "conductor-http:" in refused and "Connected" not in refused, refused  # the header really is sent

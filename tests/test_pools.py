@@ -92,11 +92,13 @@ LAUGHS = ", ".join(
 )  # "billion laughs": nine aliases of nine aliases..., 9**9 values once expanded, in a field that takes anything
 BROKEN = {
     "deep": ("a: " + "[" * 100_000 + "]" * 100_000).encode(),
-    "bomb": ("conductor: {model: sim/conductor}\n"
-             f"workers: [{{id: a, model: sim/a, description: d, params: {{{LAUGHS}}}}}]\n").encode(),
+    "bomb": (
+        "conductor: {model: sim/conductor}\n"
+        f"workers: [{{id: a, model: sim/a, description: d, params: {{{LAUGHS}}}}}]\n"
+    ).encode(),
     "binary": bytes(range(256)) * 4,
     "bigint": ("max_steps: " + "9" * 5000).encode(),
-}  # fmt: skip
+}
 
 
 @pytest.fixture

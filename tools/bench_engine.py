@@ -124,7 +124,7 @@ async def per_step(
     assert run.status == "done" and all(s.status == "done" for s in run.steps), run.stop or run.error
     spec = pool.get("instant")
     all_messages = [store.step_messages(run.id, str(i)) or [] for i in range(steps)]
-    sim_call = SimCall(task=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
+    sim_call = SimCall(reference=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
     request = providers.call_arguments(spec, [], sim_call)
     request.pop("messages")
     bare_ms = (await bare_httpx(spec, all_messages), await bare_aiohttp(spec, all_messages)) if spec.api_base else None

@@ -53,12 +53,20 @@ AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 def start_server(state_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    env = {**os.environ, "CONDUCTOR_STATE_DIR": str(state_dir), "CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": TOKEN,
-           "CONDUCTOR_SIM_TIME_SCALE": "0", "CONDUCTOR_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONDUCTOR_STATE_DIR": str(state_dir),
+        "CONDUCTOR_POOL": "sim",
+        "CONDUCTOR_HTTP_TOKEN": TOKEN,
+        "CONDUCTOR_SIM_TIME_SCALE": "0",
+        "CONDUCTOR_LOG_LEVEL": "warning",
+    }
     server = subprocess.Popen(
         [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

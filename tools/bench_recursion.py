@@ -45,10 +45,13 @@ async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], conc
     correct = sum(r[0] for r in results)
     low, high = wilson_interval(correct, n)
     return {
-        "accuracy": correct / n, "ci_low": low, "ci_high": high,
-        "tokens": sum(r[1] for r in results) / n, "calls": sum(r[2] for r in results) / n,
+        "accuracy": correct / n,
+        "ci_low": low,
+        "ci_high": high,
+        "tokens": sum(r[1] for r in results) / n,
+        "calls": sum(r[2] for r in results) / n,
         "nested_steps": sum(r[3] for r in results) / n,
-    }  # fmt: skip
+    }
 
 
 async def main() -> int:
@@ -72,8 +75,12 @@ async def main() -> int:
             recursive = await run_all(service, "sim-recursive", tasks, args.concurrency)
     print(f"{args.tasks} simulated tasks (seed {args.seed}), sim pool, one run each")
     print(f"{'':<22}{'plain':>16}{'recursive':>16}{'ratio':>10}")
-    rows = [("accuracy", "accuracy", "{:.3f}"), ("tokens / task", "tokens", "{:.0f}"),
-            ("calls / task", "calls", "{:.2f}"), ("nested steps / task", "nested_steps", "{:.2f}")]  # fmt: skip
+    rows = [
+        ("accuracy", "accuracy", "{:.3f}"),
+        ("tokens / task", "tokens", "{:.0f}"),
+        ("calls / task", "calls", "{:.2f}"),
+        ("nested steps / task", "nested_steps", "{:.2f}"),
+    ]
     for label, key, fmt in rows:
         ratio = recursive[key] / plain[key] if plain[key] else float("nan")
         print(f"{label:<22}{fmt.format(plain[key]):>16}{fmt.format(recursive[key]):>16}{ratio:>10.2f}")

@@ -38,8 +38,16 @@ def measure(store: Store, writes: int) -> dict[str, tuple[float, float]]:
     messages = [{"role": "system", "content": "s" * 2000}, {"role": "user", "content": "u" * 1000}]
 
     def write(i: int) -> None:
-        record = StepRecord(key=str(i % 20), index=i % 20, worker_id="w", visible_id="model_0", model="m",
-                            instruction="i" * 300, status="done", output="o" * 1000)  # fmt: skip
+        record = StepRecord(
+            key=str(i % 20),
+            index=i % 20,
+            worker_id="w",
+            visible_id="model_0",
+            model="m",
+            instruction="i" * 300,
+            status="done",
+            output="o" * 1000,
+        )
         store.save_step(run.id, i % 20, record, messages)
 
     return {"save_step": _timed(write, writes), "load_run (20 steps)": _timed(lambda _: store.load_run(run.id), 200)}

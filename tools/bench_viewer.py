@@ -89,9 +89,15 @@ def fill(store: Store, template: Run, count: int) -> None:
     for i in range(count):
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started + i * 60)) + ".000+00:00"
         run = template.model_copy(
-            update={"id": f"b{i:07d}", "task": tasks[i % len(tasks)], "status": STATUSES[i % len(STATUSES)],
-                    "pool": POOLS[i % len(POOLS)], "created_at": stamp, "steps": []}
-        )  # fmt: skip
+            update={
+                "id": f"b{i:07d}",
+                "task": tasks[i % len(tasks)],
+                "status": STATUSES[i % len(STATUSES)],
+                "pool": POOLS[i % len(POOLS)],
+                "created_at": stamp,
+                "steps": [],
+            }
+        )
         store.save_run(run)
 
 
@@ -138,8 +144,10 @@ def benchmark(args: argparse.Namespace, root: Path) -> bool:
     began = time.perf_counter()
     store = open_store(state)
     fill(store, run, args.runs)
-    print(f"store: 1 run with {len(run.steps)} steps of {outputs} output tokens (gpt-4o tokenizer), + {args.runs} runs "
-          f"(filled in {time.perf_counter() - began:.1f}s)")  # fmt: skip
+    print(
+        f"store: 1 run with {len(run.steps)} steps of {outputs} output tokens (gpt-4o tokenizer), + {args.runs} runs "
+        f"(filled in {time.perf_counter() - began:.1f}s)"
+    )
     server = HttpServer(root / "state", pool_dir, **INSTANT)
     ok = True
     try:
@@ -151,10 +159,12 @@ def benchmark(args: argparse.Namespace, root: Path) -> bool:
         server_cpu = (cpu_s(server.proc.pid) - cpu_before) / (args.loads + 2)
         page_ok = statistics.median(loads) < PAGE_TARGET_S
         ok &= page_ok
-        print(f"run page ({size / 1024:.0f} KiB of HTML), navigation to load event in headless chromium: median "
-              f"{statistics.median(loads) * 1000:.0f} ms, max {max(loads) * 1000:.0f} ms over {len(loads)} loads; "
-              f"server CPU {server_cpu * 1000:.1f} ms/load; target < {PAGE_TARGET_S * 1000:.0f} ms: "
-              f"{verdict(page_ok)}")  # fmt: skip
+        print(
+            f"run page ({size / 1024:.0f} KiB of HTML), navigation to load event in headless chromium: median "
+            f"{statistics.median(loads) * 1000:.0f} ms, max {max(loads) * 1000:.0f} ms over {len(loads)} loads; "
+            f"server CPU {server_cpu * 1000:.1f} ms/load; target < {PAGE_TARGET_S * 1000:.0f} ms: "
+            f"{verdict(page_ok)}"
+        )
         middle = store.list_runs(max(1, args.runs // 2))[-1]  # a cursor half-way down the store
         pages = {
             "newest page": "/ui/",
@@ -166,9 +176,11 @@ def benchmark(args: argparse.Namespace, root: Path) -> bool:
             p95 = sorted(walls)[int(0.95 * (len(walls) - 1))]
             list_ok = p95 < LIST_TARGET_S
             ok &= list_ok
-            print(f"run list, {name}, {args.runs + 1} runs stored: median {statistics.median(walls) * 1000:.1f} ms, "
-                  f"p95 {p95 * 1000:.1f} ms, server CPU {cpu * 1000:.1f} ms/request; "
-                  f"target < {LIST_TARGET_S * 1000:.0f} ms: {verdict(list_ok)}")  # fmt: skip
+            print(
+                f"run list, {name}, {args.runs + 1} runs stored: median {statistics.median(walls) * 1000:.1f} ms, "
+                f"p95 {p95 * 1000:.1f} ms, server CPU {cpu * 1000:.1f} ms/request; "
+                f"target < {LIST_TARGET_S * 1000:.0f} ms: {verdict(list_ok)}"
+            )
     finally:
         server.stop()
         store.close()

@@ -50,19 +50,34 @@ class Claude(AgentAdapter):
     def argv(self, program: str, spec: AgentSpec, sandbox: SandboxMode, workspace: Workspace) -> list[str]:
         writes = sandbox == "workspace-write"
         confinement: dict[str, Any] = {
-            "enabled": True, "failIfUnavailable": True, "autoAllowBashIfSandboxed": True,
+            "enabled": True,
+            "failIfUnavailable": True,
+            "autoAllowBashIfSandboxed": True,
             "allowUnsandboxedCommands": False,
-        }  # fmt: skip
+        }
         if not writes:
             confinement["filesystem"] = {"denyWrite": [str(workspace.work)]}
         model = ["--model", spec.model] if spec.model else []
         return [
-            program, "-p", "--output-format", "stream-json", "--verbose", "--no-session-persistence",
-            "--permission-prompts", "none", "--tools", WRITE_TOOLS if writes else READ_TOOLS,
-            "--allowedTools", "Bash,Edit,Write" if writes else "Bash",
-            "--permission-mode", "acceptEdits" if writes else "default",
-            "--settings", json.dumps({"sandbox": confinement}), *model, *spec.args,
-        ]  # fmt: skip
+            program,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--no-session-persistence",
+            "--permission-prompts",
+            "none",
+            "--tools",
+            WRITE_TOOLS if writes else READ_TOOLS,
+            "--allowedTools",
+            "Bash,Edit,Write" if writes else "Bash",
+            "--permission-mode",
+            "acceptEdits" if writes else "default",
+            "--settings",
+            json.dumps({"sandbox": confinement}),
+            *model,
+            *spec.args,
+        ]
 
     def environment(self, workspace: Workspace) -> dict[str, str]:
         return {

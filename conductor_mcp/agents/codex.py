@@ -40,10 +40,25 @@ class Codex(AgentAdapter):
     def argv(self, program: str, spec: AgentSpec, sandbox: SandboxMode, workspace: Workspace) -> list[str]:
         model = ["-m", spec.model] if spec.model else []
         return [
-            program, "exec", "--json", "--color", "never", "--skip-git-repo-check", "--ephemeral",
-            "--sandbox", sandbox, "--cd", str(workspace.cwd), "-c", "check_for_update_on_startup=false",
-            "-c", 'shell_environment_policy.inherit="core"', *model, *spec.args, "-",
-        ]  # fmt: skip
+            program,
+            "exec",
+            "--json",
+            "--color",
+            "never",
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "--sandbox",
+            sandbox,
+            "--cd",
+            str(workspace.cwd),
+            "-c",
+            "check_for_update_on_startup=false",
+            "-c",
+            'shell_environment_policy.inherit="core"',
+            *model,
+            *spec.args,
+            "-",
+        ]
 
     def environment(self, workspace: Workspace) -> dict[str, str]:
         return {"CODEX_HOME": str(private_dir(workspace.home / ".codex")), "NO_COLOR": "1"}

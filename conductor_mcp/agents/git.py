@@ -32,9 +32,14 @@ def git(
     command = ["git", *_SAFE, *args]
     try:
         done = subprocess.run(
-            command, cwd=cwd, env={**base, "GIT_TERMINAL_PROMPT": "0", **(env or {})}, input=stdin,
-            capture_output=True, timeout=GIT_TIMEOUT_S, check=False,
-        )  # fmt: skip
+            command,
+            cwd=cwd,
+            env={**base, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+            input=stdin,
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
     except FileNotFoundError:
         raise WorkspaceError("git is not installed: workspaces need it (apt-get install git)") from None
     except subprocess.TimeoutExpired:

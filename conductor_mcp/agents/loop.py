@@ -93,14 +93,16 @@ async def _call_tools(
 ) -> None:
     """Run the turn's tool calls in order and put them and their results in the history."""
     ids = [f"call_{turn}_{n}" for n in range(len(completion.tool_calls))]
-    history.append({
-        "role": "assistant",
-        "content": completion.text or None,
-        "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-            for call_id, (name, arguments) in zip(ids, completion.tool_calls, strict=True)
-        ],
-    })  # fmt: skip
+    history.append(
+        {
+            "role": "assistant",
+            "content": completion.text or None,
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+                for call_id, (name, arguments) in zip(ids, completion.tool_calls, strict=True)
+            ],
+        }
+    )
     for call_id, (name, arguments) in zip(ids, completion.tool_calls, strict=True):
         started = time.perf_counter()
         outcome = await tools.call(name, arguments)
@@ -108,10 +110,14 @@ async def _call_tools(
         history.append({"role": "tool", "tool_call_id": call_id, "content": output})
         result.uses.append(
             ToolUse(
-                turn=turn, name=name[:100], arguments=_cut(arguments, RECORDED_ARGUMENT_CHARS), output=output,
-                error=outcome.error, latency_s=round(time.perf_counter() - started, 4),
+                turn=turn,
+                name=name[:100],
+                arguments=_cut(arguments, RECORDED_ARGUMENT_CHARS),
+                output=output,
+                error=outcome.error,
+                latency_s=round(time.perf_counter() - started, 4),
             )
-        )  # fmt: skip
+        )
 
 
 def _cut(text: str, limit: int) -> str:

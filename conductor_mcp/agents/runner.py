@@ -116,8 +116,14 @@ async def run_agent(
         if tidied := workspace.tidy_git_dir(git_dir):
             log.info("agent_mount_points_removed", worker=worker.id, paths=tidied)
     record = _record(worker, adapter, result, masked_command_line(argv, secrets), version, deadline)
-    log.info("agent_end", worker=worker.id, exit_status=record.exit_status, seconds=record.latency_s,
-             commands=len(record.commands), error=record.error)  # fmt: skip
+    log.info(
+        "agent_end",
+        worker=worker.id,
+        exit_status=record.exit_status,
+        seconds=record.latency_s,
+        commands=len(record.commands),
+        error=record.error,
+    )
     if record.error is not None:
         raise AgentFailed(f"worker {worker.id!r}: {record.error}", record)
     return record
@@ -130,12 +136,21 @@ def _record(
     cost, reported = (parsed.cost_usd, True) if parsed.cost_usd is not None else (_priced(worker, parsed), False)
     error = _failure(result, parsed, deadline)
     return AgentRecord(
-        cli=adapter.cli, version=version, command_line=line, exit_status=result.exit_status,
-        timed_out=result.timed_out, final_message=parsed.final_message, commands=parsed.commands,
-        prompt_tokens=parsed.prompt_tokens, completion_tokens=parsed.completion_tokens, cost_usd=cost,
-        cost_reported=reported, latency_s=result.duration_s, error=error,
+        cli=adapter.cli,
+        version=version,
+        command_line=line,
+        exit_status=result.exit_status,
+        timed_out=result.timed_out,
+        final_message=parsed.final_message,
+        commands=parsed.commands,
+        prompt_tokens=parsed.prompt_tokens,
+        completion_tokens=parsed.completion_tokens,
+        cost_usd=cost,
+        cost_reported=reported,
+        latency_s=result.duration_s,
+        error=error,
         stderr_tail=_stderr_tail(result) if error else None,
-    )  # fmt: skip
+    )
 
 
 def _redacted(parsed: Parsed) -> Parsed:

@@ -96,8 +96,10 @@ class WorkspaceTools:
     def __init__(self, workspace: Workspace, names: list[WorkspaceTool], sandbox: SandboxMode) -> None:
         self.workspace, self.names, self.sandbox = workspace, list(names), sandbox
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
-            "read": self._read, "search": self._search, "run": self._run,
-        }  # fmt: skip
+            "read": self._read,
+            "search": self._search,
+            "run": self._run,
+        }
 
     @property
     def root(self) -> Path:

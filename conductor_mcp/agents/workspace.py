@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_mcp.agents import git
-from conductor_mcp.agents.diffs import bounded_diff
-from conductor_mcp.core.agent_records import WorkspaceBase, WorkspaceDiff
+from conductor_mcp.agents.diffs import bounded_diff, changed_files
+from conductor_mcp.core.agent_records import FileChange, WorkspaceBase, WorkspaceDiff
 from conductor_mcp.errors import WorkspaceError
 from conductor_mcp.isolation import SANDBOX_UID
 
@@ -76,6 +76,18 @@ class Workspace:
         if len(data) > max_bytes:
             raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
         return data
+
+    def patch_from(self, origin: Workspace, max_bytes: int = PATCH_MAX_BYTES) -> tuple[bytes, list[FileChange]]:
+        """The whole change from `origin`'s base (the first workspace of the chain this one was derived from) to
+        this workspace's result, as `git apply` input, and the files it changes. Both stores are read together."""
+        new = self.snapshot()
+        store = self.store
+        if origin is not self:
+            store = git.Store(self.store.git_dir, [*self.store.borrowed, origin.store.git_dir / "objects"])
+        data = store.diff(origin.base.tree, new, "-p", "--binary", "--full-index")
+        if len(data) > max_bytes:
+            raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
+        return data, changed_files(store, origin.base.tree, new)
 
     def git_dir_entries(self) -> set[str]:
         """What the caller's .git holds where agents' sandboxes leave mount points (see `tidy_git_dir`)."""
@@ -161,8 +173,9 @@ def derive(directory: Path, parent: Workspace, ws_id: str, budget_bytes: int) ->
         own = parent.repo.common_dir / "objects"
         exclude = parent.store.git_dir / "info" / "exclude"
         store = git.Store.create(directory / "meta", [own, parent.store.git_dir / "objects"], exclude)
-        workspace = _worktree(directory, parent.repo, store, parent.snapshot(), ws_id, budget_bytes,
-                              parent.base.subdir, parent.base)  # fmt: skip
+        workspace = _worktree(
+            directory, parent.repo, store, parent.snapshot(), ws_id, budget_bytes, parent.base.subdir, parent.base
+        )
         store.borrowed = [own]  # its own copy of the base, so that it outlives the parent
         if store.snapshot(workspace.work) != workspace.base.tree:
             raise WorkspaceError(f"workspace {ws_id}: the result of {parent.id} did not come across intact")
@@ -199,9 +212,15 @@ def _worktree(
     head_tree = store.tree_of(repo.head)
     changes = store.diff(head_tree, tree, "-p", "--binary", "--full-index") if tree != head_tree else b""
     base = WorkspaceBase(
-        id=ws_id, kind="worktree", source=str(repo.top), subdir=subdir, commit=repo.head, tree=tree,
-        changes_digest=hashlib.sha256(changes).hexdigest() if changes else None, parent=parent.id if parent else None,
-    )  # fmt: skip
+        id=ws_id,
+        kind="worktree",
+        source=str(repo.top),
+        subdir=subdir,
+        commit=repo.head,
+        tree=tree,
+        changes_digest=hashlib.sha256(changes).hexdigest() if changes else None,
+        parent=parent.id if parent else None,
+    )
     return Workspace(base=base, dir=directory, work=work, store=store, repo=repo, worktree_entry=entry)
 
 
@@ -210,9 +229,13 @@ def _copy(directory: Path, source: Path, ws_id: str, budget_bytes: int, parent: 
     _copy_tree(source, work, budget_bytes)
     store = git.Store.create(directory / "meta", [], None)
     base = WorkspaceBase(
-        id=ws_id, kind="copy", source=parent.source if parent else str(source), tree=store.snapshot(work),
-        parent=parent.id if parent else None, subdir=parent.subdir if parent else "",
-    )  # fmt: skip
+        id=ws_id,
+        kind="copy",
+        source=parent.source if parent else str(source),
+        tree=store.snapshot(work),
+        parent=parent.id if parent else None,
+        subdir=parent.subdir if parent else "",
+    )
     return Workspace(base=base, dir=directory, work=work, store=store)
 
 

@@ -110,9 +110,15 @@ def add_tool_turn(run: Run, results: list[ToolResult]) -> list[int]:
     run.workflow.steps.append(step)
     index = len(run.workflow.steps) - 1
     record = StepRecord(
-        key=str(index), index=index, worker_id=asked.worker_id, visible_id=asked.visible_id, model=asked.model,
-        instruction=step.instruction, access=step.access, tool_results=answers,
-    )  # fmt: skip
+        key=str(index),
+        index=index,
+        worker_id=asked.worker_id,
+        visible_id=asked.visible_id,
+        model=asked.model,
+        instruction=step.instruction,
+        access=step.access,
+        tool_results=answers,
+    )
     run.steps.append(record)
     return [len(run.steps) - 1]
 

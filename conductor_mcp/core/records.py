@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from conductor_mcp.core.agent_records import StepWork
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.request import FileRef, RunRequest
@@ -111,6 +113,7 @@ class StepRecord(CallUsage):
     stop: Stop | None = Field(
         default=None, description="the limit that held this step back (skipped) or cut its corrective workflow short"
     )
+    work: StepWork | None = Field(default=None, description="an agent's or tool-using model's workspace and change")
 
     @property
     def order(self) -> tuple[int, ...]:
@@ -133,10 +136,16 @@ class Run(BaseModel):
     )
     pool: str
     pool_digest: str
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers, as asked")
+    worker_ids: list[str] | None = Field(
+        default=None, description="the pool ids the run may use, when fewer than the pool's (see core/choice.py)"
+    )
     conductor_model: str
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
     self_correct: bool = False
+    workspace: str | None = Field(default=None, description="the caller's repository agent steps work on")
+    keep_workspaces: bool = Field(default=False, description="leave the run's workspaces on disk for inspection")
     max_depth: int = 2
     max_calls: int = Field(default=10, description="most step and recursive conductor calls in the whole run")
     stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
@@ -174,9 +183,19 @@ class Run(BaseModel):
     def request(self) -> RunRequest:
         """The request this run carries out (a follow-up copies it with changes)."""
         return RunRequest(
-            task=self.task, pool=self.pool, max_steps=self.max_steps, context=self.context, metadata=self.metadata,
-            budget=self.budget, self_correct=self.self_correct, files=tuple(self.files), tools=tuple(self.tools),
-        )  # fmt: skip
+            task=self.task,
+            pool=self.pool,
+            max_steps=self.max_steps,
+            context=self.context,
+            metadata=self.metadata,
+            budget=self.budget,
+            self_correct=self.self_correct,
+            files=tuple(self.files),
+            tools=tuple(self.tools),
+            workspace=self.workspace,
+            keep_workspaces=self.keep_workspaces,
+            workers=self.workers,
+        )
 
     def follow(self, parent: Run, review: Step) -> None:
         """Make this new run a follow-up of `parent`: the parent's finished steps, taken over as they are, then
@@ -189,8 +208,9 @@ class Run(BaseModel):
         )
         self.steps = [
             step.model_copy(update={"inherited_from": parent.inherited_origin(step)})
-            for step in parent.steps if step.status == "done"
-        ]  # fmt: skip
+            for step in parent.steps
+            if step.status == "done"
+        ]
 
     def mark_interrupted(self) -> list[int]:
         """Record that the process running this run died: the run interrupted, its running steps cancelled.

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DIFFICULTY = {"easy": (0.5, 0.5), "medium": (1.0, 1.0), "hard": (2.0, 0.75)}  # (token factor, skill factor)
+DIFFICULTY = {"easy": (0.5, 0.5), "medium": (1.0, 1.0), "hard": (2.0, 0.75), "expert": (2.5, 0.55)}  # (tokens, skill)
 
 
 class SimWorkerProfile(BaseModel):
@@ -26,10 +26,12 @@ class SimWorkerProfile(BaseModel):
         default=0.0, ge=0, le=1, description="added to the skill when the instruction names the task's pitfall"
     )
     review_skill: float | None = Field(
-        default=None, ge=0, le=1,
+        default=None,
+        ge=0,
+        le=1,
         description="set: a worker shown answers keeps the right one with this chance, and fixes nothing it is not "
         "shown (models/sim_testbed.py); unset: an unsure worker adopts the majority it sees",
-    )  # fmt: skip
+    )
 
     def skill(self, domain: str) -> float:
         return min(1.0, max(0.0, self.skills.get(domain, self.default_skill)))

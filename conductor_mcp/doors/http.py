@@ -112,8 +112,9 @@ class BearerTokenMiddleware:
                     await login_page(path)(scope, receive, send)
                 return
             if not self._authorized(supplied, client):
-                return await _refuse(send, 401, "missing or wrong bearer token: send Authorization: Bearer "
-                                     "<CONDUCTOR_HTTP_TOKEN>")  # fmt: skip
+                return await _refuse(
+                    send, 401, "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN>"
+                )
         await self.app(scope, receive, send)
 
 
@@ -243,11 +244,21 @@ async def serve_http(
     links = viewer_links(host, port)
     app = http_app(build_server(service, links), host, token, allowed_hosts, service, viewer, links)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **connection_limits(service),
-    )  # fmt: skip
-    log.info("http_listening", url=f"http://{host}:{port}/mcp", openai=f"http://{host}:{port}/v1",
-             auth="bearer" if token else "none")  # fmt: skip
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        **connection_limits(service),
+    )
+    log.info(
+        "http_listening",
+        url=f"http://{host}:{port}/mcp",
+        openai=f"http://{host}:{port}/v1",
+        auth="bearer" if token else "none",
+    )
     await uvicorn.Server(config).serve()
 
 
@@ -262,7 +273,10 @@ async def serve_viewer(
     sock = socket.create_server((host, port))
     announce(sock.getsockname()[1])
     config = uvicorn.Config(
-        viewer_app(service, host, token, viewer), log_level="warning", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **connection_limits(service),
-    )  # fmt: skip
+        viewer_app(service, host, token, viewer),
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        **connection_limits(service),
+    )
     await uvicorn.Server(config).serve(sockets=[sock])

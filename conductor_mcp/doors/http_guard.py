@@ -32,9 +32,11 @@ MAX_CONNECTIONS = 1000  # and never more than half the process's descriptors
 
 
 BODY_LIMITS = {
-    "/mcp": MAX_MCP_MESSAGE_BYTES, "/v1/responses": MAX_BODY_BYTES, "/v1/chat/completions": MAX_BODY_BYTES,
+    "/mcp": MAX_MCP_MESSAGE_BYTES,
+    "/v1/responses": MAX_BODY_BYTES,
+    "/v1/chat/completions": MAX_BODY_BYTES,
     "/ui/login": MAX_FORM_BODY_BYTES,
-}  # fmt: skip
+}
 
 
 def body_limit(path: str) -> int:
@@ -73,8 +75,12 @@ class BodyLimit:
             return await refuse(send, path, 415, "multipart bodies are not accepted: send JSON (a form for sign-in)")
         declared = headers.get(b"content-length", b"0").strip()
         if not declared.isdigit() or int(declared) > limit:
-            return await refuse(send, path, 413, f"body: {declared.decode(errors='replace')} bytes, over the limit "
-                                f"of {limit} for {path}")  # fmt: skip
+            return await refuse(
+                send,
+                path,
+                413,
+                f"body: {declared.decode(errors='replace')} bytes, over the limit of {limit} for {path}",
+            )
         await _LimitedRequest(self.app, path, limit).run(scope, receive, send)
 
 

@@ -39,6 +39,7 @@ from conductor_mcp.core.request import (
     RunRequest,
     StepLimit,
     TaskText,
+    WorkersArg,
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
@@ -168,18 +169,25 @@ class Door:
         it."""
         if not hand_over(run, detail):
             run = await self.service.wait(
-                run.id, wait_seconds, ProgressRelay(ctx), self.service.settings.heartbeat_s,
-                cancel_on_exit=cancel_on_exit, coalesce=True,
-            )  # fmt: skip
+                run.id,
+                wait_seconds,
+                ProgressRelay(ctx),
+                self.service.settings.heartbeat_s,
+                cancel_on_exit=cancel_on_exit,
+                coalesce=True,
+            )
         return run_result(run, detail, self.links.run(run.id))
 
 
 def build_server(service: Service, links: Links | None = None) -> MCPServer:
     links = links or Links()
     server = MCPServer(
-        "conductor-mcp", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        "conductor-mcp",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
         extensions=[TasksExtension(service, links)],
-    )  # fmt: skip
+    )
     door = Door(service, links)
     _register_orchestrate(server, door)
     _register_plan_and_continue(server, door)
@@ -215,13 +223,20 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         max_tokens: MaxTokensArg = None,
         self_correct: SelfCorrectArg = None,
         detail: DetailArg = "summary",
+        workers: WorkersArg = None,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, door.service, context, files)
             request = RunRequest.of(
-                task=task, pool=pool, max_steps=max_steps, context=context, self_correct=self_correct,
-                budget=Budget(max_tokens=max_tokens, max_usd=max_usd), files=file_refs,
-            )  # fmt: skip
+                task=task,
+                pool=pool,
+                max_steps=max_steps,
+                context=context,
+                self_correct=self_correct,
+                budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
+                files=file_refs,
+                workers=workers,
+            )
             run = door.service.start(request)
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
 
@@ -242,12 +257,15 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         max_steps: StepLimit = None,
         context: ContextText = None,
         files: FilesArg = None,
+        workers: WorkersArg = None,
     ) -> PlanResult:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, service, context, files)
-            request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs)
+            request = RunRequest.of(
+                task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workers=workers
+            )
             run = await service.plan(request, on_event=ProgressRelay(ctx))
-            return plan_result(run, service.pools.get(run.pool), service.estimate(run))
+            return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
         title="Continue, resume or correct a run",

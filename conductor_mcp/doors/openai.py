@@ -55,9 +55,12 @@ log = get_logger(__name__)
 
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would re-send (and re-pay for) a run that failed
 CHAT_PARAMS = {
-    "task": "messages", "context": "messages", "input": "messages", "run_id": "messages",
+    "task": "messages",
+    "context": "messages",
+    "input": "messages",
+    "run_id": "messages",
     "budget.max_tokens": "max_tokens",
-}  # fmt: skip
+}
 Guard = Callable[[Request], Awaitable[Response | None]]
 Handler = Callable[[Request], Awaitable[Response]]
 

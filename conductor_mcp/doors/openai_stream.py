@@ -59,14 +59,20 @@ class ResponsesStream:
         if not self.summary:
             item = {**reasoning_item(self.run, ""), "summary": []}
             opening = self._event("response.output_item.added", output_index=0, item=item) + self._event(
-                "response.reasoning_summary_part.added", item_id=item["id"], output_index=0, summary_index=0,
+                "response.reasoning_summary_part.added",
+                item_id=item["id"],
+                output_index=0,
+                summary_index=0,
                 part={"type": "summary_text", "text": ""},
-            )  # fmt: skip
+            )
         self.summary += line + "\n"
         return opening + self._event(
-            "response.reasoning_summary_text.delta", item_id=reasoning_item(self.run, "")["id"], output_index=0,
-            summary_index=0, delta=line + "\n",
-        )  # fmt: skip
+            "response.reasoning_summary_text.delta",
+            item_id=reasoning_item(self.run, "")["id"],
+            output_index=0,
+            summary_index=0,
+            delta=line + "\n",
+        )
 
     def _close_reasoning(self) -> tuple[str, list[dict[str, Any]]]:
         if not self.summary:
@@ -97,8 +103,9 @@ class ResponsesStream:
         text = item["content"][0]["text"]
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        events = self._event("response.output_item.added", output_index=index,
-                             item={**item, "status": "in_progress", "content": []})  # fmt: skip
+        events = self._event(
+            "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []}
+        )
         events += self._event("response.content_part.added", part=part, **where)
         for delta in _chunks(text):
             events += self._event("response.output_text.delta", delta=delta, logprobs=[], **where)
@@ -125,9 +132,14 @@ class ChatStream:
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
         data = {
-            "id": f"chatcmpl-{self.run.id}", "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model, "choices": choices, "conductor_run_id": self.run.id, **extra,
-        }  # fmt: skip
+            "id": f"chatcmpl-{self.run.id}",
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "conductor_run_id": self.run.id,
+            **extra,
+        }
         return f"data: {json.dumps(data)}\n\n"
 
     def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:

@@ -68,6 +68,9 @@ class RunResult(BaseModel):
     error: str | None = None
     totals: Totals
     pool: str
+    workers: list[str] | None = Field(
+        default=None, description="the pool ids this run could use, when the caller's choice narrowed the pool"
+    )
     parent_run_id: str | None = None
     reasoning: str | None = Field(default=None, description="the conductor's reasoning for its workflow")
     fallback_reason: str | None = None
@@ -96,6 +99,7 @@ class CostRange(BaseModel):
 class PlanResult(BaseModel):
     run_id: str = Field(description="pass to continue_workflow to run this plan")
     pool: str
+    workers: list[str] | None = Field(default=None, description="the pool ids the plan may use, when narrowed")
     reasoning: str
     steps: list[PlannedStep]
     estimated_cost: CostRange
@@ -172,14 +176,25 @@ def step_summary(run: Run, step: StepRecord, detail: Detail) -> StepSummary:
     full = detail == "full"
     output = step.output or ""
     return StepSummary(
-        key=step.key, worker=step.label(), worker_id=step.worker_id, model=step.model, answered_by=step.answered_by,
+        key=step.key,
+        worker=step.label(),
+        worker_id=step.worker_id,
+        model=step.model,
+        answered_by=step.answered_by,
         instruction=step.instruction if full else _cut(step.instruction, INSTRUCTION_EXCERPT_CHARS, "see uri"),
-        access=step.access, status=step.status, tokens=step.prompt_tokens + step.completion_tokens,
-        cost_usd=step.cost_usd, latency_s=step.latency_s, attempts=len(step.attempts), error=step.error,
-        inherited_from=step.inherited_from, messages_digest=step.messages_digest,
+        access=step.access,
+        status=step.status,
+        tokens=step.prompt_tokens + step.completion_tokens,
+        cost_usd=step.cost_usd,
+        latency_s=step.latency_s,
+        attempts=len(step.attempts),
+        error=step.error,
+        inherited_from=step.inherited_from,
+        messages_digest=step.messages_digest,
         output=(output if full else output[:OUTPUT_EXCERPT_CHARS]) or None,
-        output_chars=len(output), uri=step_uri(run.id, step.key),
-    )  # fmt: skip
+        output_chars=len(output),
+        uri=step_uri(run.id, step.key),
+    )
 
 
 def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = None) -> CallToolResult:
@@ -191,15 +206,24 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
     answer = run.answer or ""
     shown = answer if detail == "full" else _cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or detail='full'")
     result = RunResult(
-        answer=shown or None, answer_chars=len(answer), status=run.status, stopped_by=_stopped_by(run),
+        answer=shown or None,
+        answer_chars=len(answer),
+        status=run.status,
+        stopped_by=_stopped_by(run),
         next_action=_next_action(run),
-        run_id=run.id, error=run.error,
-        totals=run.totals, pool=run.pool, parent_run_id=run.parent_id,
-        reasoning=run.workflow.reasoning if run.workflow else None, fallback_reason=run.fallback_reason,
+        run_id=run.id,
+        error=run.error,
+        totals=run.totals,
+        pool=run.pool,
+        workers=run.worker_ids,
+        parent_run_id=run.parent_id,
+        reasoning=run.workflow.reasoning if run.workflow else None,
+        fallback_reason=run.fallback_reason,
         repairs=[f"{r.fault} -> {r.action}" for r in run.repairs],
-        steps=[step_summary(run, step, detail) for step in run.steps], transcript_uri=transcript,
+        steps=[step_summary(run, step, detail) for step in run.steps],
+        transcript_uri=transcript,
         viewer_url=viewer_url,
-    )  # fmt: skip
+    )
     markdown = to_markdown(run, answer_limit=12_000)
     if viewer_url:
         markdown += f"\n**Viewer:** {viewer_url}\n"
@@ -209,11 +233,14 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
         markdown = markdown[:MARKDOWN_LIMIT] + f"\n\n… cut; the full transcript is at {transcript}\n"
     links = [
         ResourceLink(
-            type="resource_link", uri=step_uri(run.id, s.key), name=f"step {s.key}", mime_type="application/json",
+            type="resource_link",
+            uri=step_uri(run.id, s.key),
+            name=f"step {s.key}",
+            mime_type="application/json",
             description=f"step {s.key} ({s.label()}): full output and the exact messages it received",
         )
         for s in run.steps
-    ]  # fmt: skip
+    ]
     structured = result.model_dump(mode="json")
     meta = {"anthropic/maxResultSizeChars": min(500_000, 2 * len(json.dumps(structured)))} if detail == "full" else None
     answer_first = CallToolResult(
@@ -240,6 +267,7 @@ def plan_result(run: Run, pool: Pool, estimate: CostEstimate) -> PlanResult:
     return PlanResult(
         run_id=run.id,
         pool=run.pool,
+        workers=run.worker_ids,
         reasoning=run.workflow.reasoning,
         steps=steps,
         estimated_cost=CostRange(**estimate.__dict__),

@@ -135,9 +135,13 @@ def _sse(kind: str, doc: dict[str, Any]) -> str:
 def event_doc(event: ProgressEvent) -> dict[str, Any]:
     step = event.step
     return {
-        "kind": event.kind, "message": event.message, "finished": event.finished_steps, "total": event.total_steps,
-        "step": step.key if step else None, "status": step.status if step else None,
-    }  # fmt: skip
+        "kind": event.kind,
+        "message": event.message,
+        "finished": event.finished_steps,
+        "total": event.total_steps,
+        "step": step.key if step else None,
+        "status": step.status if step else None,
+    }
 
 
 class Viewer:

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
+from conductor_mcp.doors.render import worker_choice
 from conductor_mcp.doors.viewer_svg import source_key, timeline_svg, workflow_svg
 
 
@@ -135,6 +136,8 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
         ("started", _e(run.started_at or "")),
         ("ended", _e(run.ended_at or "")),
     ]
+    if run.workers is not None or run.worker_ids is not None:
+        rows.append(("workers", _e(worker_choice(run))))
     if run.parent_id:
         rows.append(("follow-up of", f'<a class="parent" href="{run_href(run.parent_id)}">{_e(run.parent_id)}</a>'))
     if children:
@@ -150,11 +153,15 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
 def _totals(run: Run) -> str:
     t = run.totals
     cells = [
-        ("steps", t.steps), ("calls", t.calls), ("prompt tokens", t.prompt_tokens),
-        ("completion tokens", t.completion_tokens), ("cost", _money(t.cost_usd)),
-        ("conductor tokens", t.conductor_tokens), ("conductor cost", _money(t.conductor_cost_usd)),
+        ("steps", t.steps),
+        ("calls", t.calls),
+        ("prompt tokens", t.prompt_tokens),
+        ("completion tokens", t.completion_tokens),
+        ("cost", _money(t.cost_usd)),
+        ("conductor tokens", t.conductor_tokens),
+        ("conductor cost", _money(t.conductor_cost_usd)),
         ("wall", f"{t.wall_s:.2f}s"),
-    ]  # fmt: skip
+    ]
     return (
         '<table class="totals"><tr>'
         + "".join(f"<th>{k}</th>" for k, _ in cells)
@@ -201,10 +208,14 @@ def _step(run: Run, step: StepRecord) -> str:
     seen = [source_key(step.parent, i) for i in step.access]
     sees = ", ".join(f'<a href="#step-{_e(k)}">{_e(k)}</a>' for k in seen) or "the task only"
     facts = [
-        ("model", _e(step.model)), ("answered by", _e(step.answered_by or "")), ("sees", sees),
-        ("finish", _e(step.finish_reason or "")), ("started", _e(step.started_at or "")),
-        ("ended", _e(step.ended_at or "")), ("messages digest", _e(step.messages_digest or "")),
-    ]  # fmt: skip
+        ("model", _e(step.model)),
+        ("answered by", _e(step.answered_by or "")),
+        ("sees", sees),
+        ("finish", _e(step.finish_reason or "")),
+        ("started", _e(step.started_at or "")),
+        ("ended", _e(step.ended_at or "")),
+        ("messages digest", _e(step.messages_digest or "")),
+    ]
     if step.inherited_from:
         facts.append(("taken from run", f'<a href="{run_href(step.inherited_from)}">{_e(step.inherited_from)}</a>'))
     if step.truncated_inputs:

@@ -71,8 +71,9 @@ class Sessions:
 
     def set_cookie(self, response: Response, value: str, https: bool) -> None:
         if https:
-            response.set_cookie(SECURE_COOKIE, value, max_age=int(self.ttl_s), path="/", secure=True, httponly=True,
-                                samesite="strict")  # fmt: skip
+            response.set_cookie(
+                SECURE_COOKIE, value, max_age=int(self.ttl_s), path="/", secure=True, httponly=True, samesite="strict"
+            )
         else:
             response.set_cookie(COOKIE, value, max_age=int(self.ttl_s), path="/ui/", httponly=True, samesite="strict")
 

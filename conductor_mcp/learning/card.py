@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,49 +50,95 @@ def write_card(
     evaluation: dict[str, Any],
     sft_losses: list[float],
     wall: dict[str, float],
+    rollouts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The adapter's card (card.json, README.md) and reward curve, written next to it; returns the card."""
     card = {
-        "base_model": _portable(args.base_model), "adapter": _portable(adapter), "pool": pool.name,
+        "base_model": _portable(args.base_model),
+        "adapter": _portable(adapter),
+        "pool": pool.name,
         "pool_digest": pool.digest(),
-        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})", "steps": args.steps,
-        "recipe": {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()},
-        "conductor_prompt": pool.conductor.prompt, "lora_r": args.lora_r, "reward_curve": curve, "losses": losses,
-        "sft_steps": args.sft_steps, "sft_losses": sft_losses, "held_out": evaluation,
+        "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})",
+        "steps": args.steps,
+        "steps_done": len(losses),
+        "recipe": recipe(args),
+        "conductor_prompt": pool.conductor.prompt,
+        "lora_r": args.lora_r,
+        "reward_curve": curve,
+        "losses": losses,
+        "sft_steps": args.sft_steps,
+        "sft_losses": sft_losses,
+        "held_out": evaluation,
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
-    }  # fmt: skip
+        "rollouts": rollouts or [],
+    }
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
     plot_curve(curve, args.out / "reward_curve.png", sft_losses)
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
     targets = "workflows and their first steps alone" if args.sft_first_step_too else "workflows"
-    warm = (f"a supervised warm start of {args.sft_steps} steps on the sim conductor's {targets} (SFT loss "
-            f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then " if sft_losses else "")  # fmt: skip
+    warm = (
+        f"a supervised warm start of {args.sft_steps} steps on the sim conductor's {targets} (SFT loss "
+        f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then "
+        if sft_losses
+        else ""
+    )
     (args.out / "README.md").write_text(
         f"# Conductor adapter\n\nBase model `{card['base_model']}`, LoRA r={args.lora_r}, trained with {warm}GRPO for "
-        f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
+        f"{len(losses)} steps (of {args.steps}) on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
         f"{sum(first) / len(first):.3f}, last fifth {sum(last) / len(last):.3f} (reward_curve.png).\n\n"
         f"{held_out_summary(evaluation)}"
         f"Serve it: `python tools/serve_conductor.py --model {card['base_model']} --lora conductor={card['adapter']}`, "
         "with "
         f"`prompt: {pool.conductor.prompt}` under the pool's `conductor:` (the prompt it was trained on).\n"
-    )  # fmt: skip
+    )
     return card
+
+
+def rollout_stats(
+    completions: list[Any], tasks: list[dict[str, Any]], outcomes: list[Any], group: int
+) -> dict[str, Any]:
+    """One reward call's rollouts in numbers: the reward's spread within each group (no spread, no gradient),
+    how many distinct completions each group wrote, and the most written ones."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    rewards = [o.reward for o in outcomes]
+    groups = [range(start, start + group) for start in range(0, len(texts), group)]
+    spreads = [statistics.pstdev([rewards[i] for i in g]) for g in groups]
+    distinct = [len({texts[i].strip() for i in g}) for g in groups]
+    common = Counter(t.strip()[:60] for t in texts).most_common(5)
+    return {
+        "mean": statistics.fmean(rewards),
+        "group_std": statistics.fmean(spreads),
+        "flat_groups": sum(s == 0 for s in spreads),
+        "groups": len(groups),
+        "distinct_per_group": statistics.fmean(distinct),
+        "well_formed": statistics.fmean(o.well_formed for o in outcomes),
+        "correct": statistics.fmean(o.correct for o in outcomes),
+        "tasks": sorted({t["id"] for t in tasks}),
+        "most_written": [[text, n] for text, n in common],
+    }
+
+
+def recipe(args: argparse.Namespace) -> dict[str, Any]:
+    """A run's options as its card records them (paths portable)."""
+    return {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()}
 
 
 def held_out_summary(evaluation: dict[str, Any]) -> str:
     """Markdown lines comparing the greedy policy on held-out tasks before and after training."""
     if not evaluation:
         return ""
-    lines = [f"Greedy workflows on {evaluation['before']['tasks']} held-out tasks:\n"]
+    lines = [f"Greedy workflows on {next(iter(evaluation.values()))['tasks']} held-out tasks:\n"]
     names = {"before": "untrained", "after_sft": "after the SFT warm start", "after": "after GRPO"}
     for when, name in names.items():
         if when not in evaluation:
             continue
         result = evaluation[when]
         domains = ", ".join(f"{d} {a:.2f}" for d, a in result["accuracy_by_domain"].items())
-        lines.append(f"- {name}: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
-                     f"({domains}), well-formed {result['well_formed']:.2f}, steps/task "
-                     f"{result.get('steps_per_task', 1.0):.2f}\n")  # fmt: skip
+        lines.append(
+            f"- {name}: mean reward {result['mean_reward']:.3f}, accuracy {result['accuracy']:.3f} "
+            f"({domains}), well-formed {result['well_formed']:.2f}, steps/task "
+            f"{result.get('steps_per_task', 1.0):.2f}\n"
+        )
     return "".join(lines) + "\n"
 
 

@@ -87,15 +87,30 @@ def _passes_tests(code: str, spec: dict[str, str], timeout_s: float, limits: Lim
     try:
         with ExitStack() as stack:
             verdict = stack.enter_context(memfd("verdict", ""))
-            stack.enter_context(sandboxed(
-                f"{HARNESS}\nserve_solution()\n", files={"solution.py": code}, stdin=requests_r, stdout=answers_w,
-                deadline=deadline, limits=limits, allow_unsafe_local_exec=unsafe,
-            ))  # fmt: skip
+            stack.enter_context(
+                sandboxed(
+                    f"{HARNESS}\nserve_solution()\n",
+                    files={"solution.py": code},
+                    stdin=requests_r,
+                    stdout=answers_w,
+                    deadline=deadline,
+                    limits=limits,
+                    allow_unsafe_local_exec=unsafe,
+                )
+            )
             config = json.dumps({**spec, "requests_fd": requests_w})
-            tests = stack.enter_context(sandboxed(
-                f"{HARNESS}\nrun_tests()\n", files={"tests.json": config}, stdin=answers_r, stdout=verdict,
-                keep_fds=(requests_w,), deadline=deadline, limits=limits, allow_unsafe_local_exec=unsafe,
-            ))  # fmt: skip
+            tests = stack.enter_context(
+                sandboxed(
+                    f"{HARNESS}\nrun_tests()\n",
+                    files={"tests.json": config},
+                    stdin=answers_r,
+                    stdout=verdict,
+                    keep_fds=(requests_w,),
+                    deadline=deadline,
+                    limits=limits,
+                    allow_unsafe_local_exec=unsafe,
+                )
+            )
             while pipes:  # each end now lives in its sandbox only: either one's exit closes the other's input
                 os.close(pipes.pop())
             if tests.wait(deadline) or tests.proc.returncode != 0:
@@ -116,8 +131,9 @@ def _passes_io(code: str, cases: list[dict[str, Any]], timeout_s: float, limits:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        run = run_python(code, stdin=str(case["input"]), timeout_s=remaining, limits=limits,
-                         allow_unsafe_local_exec=unsafe)  # fmt: skip
+        run = run_python(
+            code, stdin=str(case["input"]), timeout_s=remaining, limits=limits, allow_unsafe_local_exec=unsafe
+        )
         if run.timed_out or run.exit_code != 0 or run.stdout.split() != str(case["output"]).split():
             return False
     return True

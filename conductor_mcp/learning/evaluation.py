@@ -53,9 +53,12 @@ async def run_one(
             return _row(strategy, task, False, "malformed", None, conductor)
     fixed_length = len(workflow.steps) if workflow else None  # a baseline may exceed the pool's step limit
     request = RunRequest.of(
-        task=task["question"], pool=pool.name, max_steps=strategy.max_steps or fixed_length,
-        metadata=datasets.metadata(task), self_correct=strategy.self_correct,
-    )  # fmt: skip
+        task=task["question"],
+        pool=pool.name,
+        max_steps=strategy.max_steps or fixed_length,
+        metadata=datasets.metadata(task),
+        self_correct=strategy.self_correct,
+    )
     run = service.start(request, workflow=workflow)
     run = await service.wait(run.id, None, cancel_on_exit=True)
     correct = await asyncio.to_thread(verify, task, run.answer, allow_unsafe_local_exec)  # code runs in a sandbox
@@ -80,12 +83,18 @@ def _row(
 ) -> dict[str, Any]:
     totals = run.totals if run else None
     return {
-        "strategy": strategy.name, "task_id": task["id"], "domain": task.get("domain", "general"),
-        "correct": correct, "status": status, "run_id": run.id if run else None,
+        "strategy": strategy.name,
+        "task_id": task["id"],
+        "domain": task.get("domain", "general"),
+        "correct": correct,
+        "status": status,
+        "run_id": run.id if run else None,
         "tokens": (totals.total_tokens if totals else 0) + conductor[0],
-        "cost_usd": (totals.cost_usd if totals else 0.0) + conductor[1], "calls": totals.calls if totals else 0,
-        "steps": totals.steps if totals else 0, "wall_s": totals.wall_s if totals else 0.0,
-    }  # fmt: skip
+        "cost_usd": (totals.cost_usd if totals else 0.0) + conductor[1],
+        "calls": totals.calls if totals else 0,
+        "steps": totals.steps if totals else 0,
+        "wall_s": totals.wall_s if totals else 0.0,
+    }
 
 
 def write_report(out: Path, rows: list[dict[str, Any]], order: list[str], pool: str, source: str) -> dict[str, Any]:
@@ -100,8 +109,13 @@ def write_report(out: Path, rows: list[dict[str, Any]], order: list[str], pool: 
     best = max((n for n in summary if n.startswith("single:")), key=lambda n: summary[n]["accuracy"], default=None)
     for name, m in summary.items():
         m["vs_best_single"] = None if best in (None, name) else paired(by_strategy[name], by_strategy[best])
-    report = {"pool": pool, "tasks": source, "strategies": summary, "conductor_vs_moa_tokens": ratio,
-              "best_single": best}  # fmt: skip
+    report = {
+        "pool": pool,
+        "tasks": source,
+        "strategies": summary,
+        "conductor_vs_moa_tokens": ratio,
+        "best_single": best,
+    }
     (out / "results.json").write_text(json.dumps(report, indent=2))
     lines = [
         f"Pool `{pool}`, tasks `{source}`.",
@@ -188,18 +202,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="JSONL task file (see conductor_mcp/learning/datasets.py) or bundled:smoke")
     source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks")
-    parser.add_argument("--sim-set", choices=sorted(SIM_SETS), default="plain",
-                        help="structured: the testbed's tasks (pool sim-structured)")  # fmt: skip
+    parser.add_argument(
+        "--sim-set",
+        choices=sorted(SIM_SETS),
+        default="plain",
+        help="structured: the testbed's tasks (pool sim-structured)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, help="only the first N tasks")
     parser.add_argument("--strategies", help="comma-separated names to run (default: all)")
     parser.add_argument("--moa-layers", type=int, default=1)
-    parser.add_argument("--workflows", action="append", default=[], metavar="NAME=FILE",
-                        help="completions per task (a training run's held_out_*.jsonl), scored as NAME")  # fmt: skip
+    parser.add_argument(
+        "--workflows",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="completions per task (a training run's held_out_*.jsonl), scored as NAME",
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("eval-out"))
-    parser.add_argument("--unsafe-local-exec", action="store_true",
-                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
+    parser.add_argument(
+        "--unsafe-local-exec",
+        action="store_true",
+        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)",
+    )
     return parser.parse_args(argv)
 
 

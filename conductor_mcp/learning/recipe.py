@@ -19,16 +19,26 @@ from pathlib import Path
 
 from conductor_mcp.config import builtin_pool_dir, environment_value
 from conductor_mcp.errors import ConductorError
-from conductor_mcp.learning import training
+from conductor_mcp.learning import train_options, training
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.pools import load_pool
 
 PAPER = {
-    "--base-model": "Qwen/Qwen2.5-7B-Instruct", "--pool": "paper", "--steps": "200", "--questions": "4",
-    "--group-size": "64", "--temperature": "1.0", "--lr": "1e-6", "--beta": "0.0", "--max-completion-length": "1024",
-    "--max-steps-per-workflow": "5", "--lora-r": "16", "--lora-alpha": "32", "--subpool-k": "4",
+    "--base-model": "Qwen/Qwen2.5-7B-Instruct",
+    "--pool": "paper",
+    "--steps": "200",
+    "--questions": "4",
+    "--group-size": "64",
+    "--temperature": "1.0",
+    "--lr": "1e-6",
+    "--beta": "0.0",
+    "--max-completion-length": "1024",
+    "--max-steps-per-workflow": "5",
+    "--lora-r": "16",
+    "--lora-alpha": "32",
+    "--subpool-k": "4",
     "--recursion-steps": "40",
-}  # fmt: skip
+}
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm")
 MIN_GPU_GIB = 70  # a 7B policy in bf16 with LoRA, its activations and a colocated vLLM copy with KV cache
 MIN_DISK_GIB = 40  # the base model's weights in the Hugging Face cache, checkpoints, vLLM's compile cache
@@ -40,8 +50,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, argpa
     parser.add_argument("--dataset", action="append", required=True, help="training tasks (JSONL); repeatable")
     parser.add_argument("--out", required=True, help="where the adapter, card and curves go")
     parser.add_argument("--dry-run", action="store_true", help="check everything but the GPU, print the plan")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="override one of the paper's values, e.g. --set steps=50")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one of the paper's values, e.g. --set steps=50",
+    )
     own = parser.parse_args(argv)
     values = dict(PAPER)
     for entry in own.set:
@@ -51,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, argpa
         values[f"--{name}"] = value
     train_argv = [*(x for k, v in values.items() for x in (k, v)), "--use-vllm", "--out", own.out]
     train_argv += [x for path in own.dataset for x in ("--dataset", path)]
-    return own, training.parse_args(train_argv)
+    return own, train_options.parse_args(train_argv)
 
 
 def package_problems() -> list[str]:
@@ -91,7 +106,7 @@ def _reachable(base: str) -> bool:
 
 def data_problems(args: argparse.Namespace) -> list[str]:
     try:
-        tasks = training.training_tasks(args)
+        tasks = train_options.training_tasks(args)
     except (ConductorError, OSError, ValueError) as exc:
         return [f"dataset: {exc}"]
     problems = [] if len(tasks) >= args.questions else [f"dataset: {len(tasks)} tasks, fewer than --questions"]

@@ -94,10 +94,15 @@ def run_python(
         stdin_fd, stdout_fd = (stack.enter_context(memfd(name, text)) for name, text in (("in", stdin), ("out", "")))
         box = stack.enter_context(
             sandboxed(
-                program, files=files, stdin=stdin_fd, stdout=stdout_fd, deadline=deadline, limits=limits,
+                program,
+                files=files,
+                stdin=stdin_fd,
+                stdout=stdout_fd,
+                deadline=deadline,
+                limits=limits,
                 allow_unsafe_local_exec=allow_unsafe_local_exec,
             )
-        )  # fmt: skip
+        )
         timed_out = box.wait(deadline)
         return SandboxResult(read_all(stdout_fd), box.stderr(), None if timed_out else box.proc.returncode, timed_out)
 
@@ -146,9 +151,15 @@ def sandboxed(
             assert bwrap is not None
             data = {name: stack.enter_context(memfd(name, text)) for name, text in {PROGRAM: program, **files}.items()}
             proc = start_isolated(
-                stack, bwrap, _program_argv(), stdio=stdio, deadline=deadline, limits=limits, files=data,
+                stack,
+                bwrap,
+                _program_argv(),
+                stdio=stdio,
+                deadline=deadline,
+                limits=limits,
+                files=data,
                 keep_fds=keep_fds,
-            )  # fmt: skip
+            )
         else:
             proc = _start_unsafe(stack, program, files, stdio, keep_fds, limits)
         yield Sandboxed(proc, stderr)
@@ -170,9 +181,15 @@ def _start_unsafe(
         Path(workdir, name).write_text(text, encoding="utf-8")
     config = {"drop_to": None, "limits": rlimits(limits, count_processes=False), "argv": _program_argv()}
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)], cwd=workdir, env={},
-        stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], start_new_session=True, pass_fds=keep_fds,
-    )  # fmt: skip
+        [sys.executable, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)],
+        cwd=workdir,
+        env={},
+        stdin=stdio[0],
+        stdout=stdio[1],
+        stderr=stdio[2],
+        start_new_session=True,
+        pass_fds=keep_fds,
+    )
     stack.callback(reap, proc)
     stack.callback(_kill_group, proc.pid)  # runs first: background processes it left in its session go too
     return proc

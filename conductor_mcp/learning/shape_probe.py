@@ -15,7 +15,7 @@ from typing import Any
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import training, warm_start
+from conductor_mcp.learning import train_options, training, warm_start
 from conductor_mcp.pools import load_pool
 
 CONTINUATIONS = {"another step": "},", "end": "}]}"}  # after the first step's `"access": [...]`
@@ -28,8 +28,7 @@ def run_args(run_dir: Path) -> argparse.Namespace:
     if not card_path.is_file():
         raise RequestError(f"{run_dir}: no card.json; give the --out folder of tools/train_conductor.py")
     recipe = json.loads(card_path.read_text())["recipe"]
-    return argparse.Namespace(**{**recipe, "base_model": str(Path(recipe["base_model"]).expanduser()),
-                                 "out": run_dir})  # fmt: skip
+    return argparse.Namespace(**{**recipe, "base_model": str(Path(recipe["base_model"]).expanduser()), "out": run_dir})
 
 
 def continuation_probabilities(model: Any, tokenizer: Any, context: str, continuations: list[str]) -> list[float]:
@@ -50,8 +49,9 @@ def continuation_probabilities(model: Any, tokenizer: Any, context: str, continu
         inputs, written = tuple(ids[:-1]), ids[len(known) :]
         if inputs not in scored:
             with torch.no_grad():
-                logits = model(input_ids=torch.tensor([inputs], device=model.device),
-                               logits_to_keep=len(written)).logits[0]  # fmt: skip
+                logits = model(
+                    input_ids=torch.tensor([inputs], device=model.device), logits_to_keep=len(written)
+                ).logits[0]
             scored[inputs] = torch.log_softmax(logits.float(), dim=-1)
         log_probs = scored[inputs]
         probabilities.append(float(log_probs[torch.arange(len(written)), torch.tensor(written)].sum().exp()))
@@ -65,14 +65,16 @@ def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tasks = training.held_out_tasks(args)
+    tasks = train_options.held_out_tasks(args)
     if not tasks:
         raise RequestError(f"{run_dir}: the run has no held-out tasks (--eval-tasks or --eval-dataset)")
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     pool = load_pool(args.pool, [builtin_pool_dir()])
-    rows, pools = training.build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-    contexts = [row["prompt"] + first_step_prefix(pools[row["pool_name"]], task, args.max_steps_per_workflow)
-                for row, task in zip(rows, tasks, strict=True)]  # fmt: skip
+    rows, pools = training.build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
+    contexts = [
+        row["prompt"] + first_step_prefix(pools[row["pool_name"]], task, args.max_steps_per_workflow)
+        for row, task in zip(rows, tasks, strict=True)
+    ]
     report: dict[str, dict[str, dict[str, float]]] = {}
     for label, folder in ADAPTERS.items():
         if not (run_dir / folder).is_dir():
@@ -97,15 +99,23 @@ def first_step_prefix(pool: Any, task: dict[str, Any], max_steps: int) -> str:
 
 def _summary(pairs: list[list[float]]) -> dict[str, float]:
     more, end = [p[0] for p in pairs], [p[1] for p in pairs]
-    return {"tasks": len(pairs), "another_step": sum(more) / len(pairs), "end": sum(end) / len(pairs),
-            "tasks_another_step_likelier": sum(m > e for m, e in pairs)}  # fmt: skip
+    return {
+        "tasks": len(pairs),
+        "another_step": sum(more) / len(pairs),
+        "end": sum(end) / len(pairs),
+        "tasks_another_step_likelier": sum(m > e for m, e in pairs),
+    }
 
 
 def table(report: dict[str, dict[str, dict[str, float]]]) -> str:
-    lines = ["| adapter | difficulty | tasks | P(another step) | P(end) | tasks where another step is likelier |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| adapter | difficulty | tasks | P(another step) | P(end) | tasks where another step is likelier |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, rows in report.items():
         for difficulty, s in rows.items():
-            lines.append(f"| {label} | {difficulty} | {s['tasks']:.0f} | {s['another_step']:.3f} | {s['end']:.3f} | "
-                         f"{s['tasks_another_step_likelier']:.0f} |")  # fmt: skip
+            lines.append(
+                f"| {label} | {difficulty} | {s['tasks']:.0f} | {s['another_step']:.3f} | {s['end']:.3f} | "
+                f"{s['tasks_another_step_likelier']:.0f} |"
+            )
     return "\n".join(lines) + "\n"

@@ -65,12 +65,26 @@ def mixture_of_agents(pool: Pool, layers: int = 1, aggregator: str | None = None
 
 def pipeline(planner: str, solver: str, verifier: str) -> Strategy:
     """The hand-written planner -> solver -> verifier chain."""
-    return Strategy("pipeline", Workflow(reasoning="baseline: planner, solver, verifier", steps=[
-        Step(worker=planner, instruction="Break the task into steps and outline how to solve it. Do not solve it."),
-        Step(worker=solver, instruction="Follow the plan and solve the task. State the final answer.", access=[0]),
-        Step(worker=verifier, instruction="Check the solution step by step, fix any error, and state the final "
-             "answer.", access=[0, 1]),
-    ]))  # fmt: skip
+    return Strategy(
+        "pipeline",
+        Workflow(
+            reasoning="baseline: planner, solver, verifier",
+            steps=[
+                Step(
+                    worker=planner,
+                    instruction="Break the task into steps and outline how to solve it. Do not solve it.",
+                ),
+                Step(
+                    worker=solver, instruction="Follow the plan and solve the task. State the final answer.", access=[0]
+                ),
+                Step(
+                    worker=verifier,
+                    instruction="Check the solution step by step, fix any error, and state the final answer.",
+                    access=[0, 1],
+                ),
+            ],
+        ),
+    )
 
 
 def router() -> Strategy:
@@ -133,9 +147,15 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     low, high = wilson_interval(correct, n)
     mean = (lambda key: sum(r[key] for r in rows) / n) if n else (lambda key: 0.0)
     return {
-        "tasks": n, "accuracy": correct / n if n else 0.0, "ci_low": low, "ci_high": high,
-        "tokens_per_task": mean("tokens"), "usd_per_task": mean("cost_usd"),
+        "tasks": n,
+        "accuracy": correct / n if n else 0.0,
+        "ci_low": low,
+        "ci_high": high,
+        "tokens_per_task": mean("tokens"),
+        "usd_per_task": mean("cost_usd"),
         "usd_total": sum(r["cost_usd"] for r in rows),
-        "calls_per_task": mean("calls"), "steps_per_task": mean("steps"), "wall_s_per_task": mean("wall_s"),
+        "calls_per_task": mean("calls"),
+        "steps_per_task": mean("steps"),
+        "wall_s_per_task": mean("wall_s"),
         "failed_runs": sum(r["status"] != "done" for r in rows),
-    }  # fmt: skip
+    }

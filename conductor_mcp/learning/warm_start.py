@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.simulation import SimConductorProfile
 from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import decisions
 from conductor_mcp.models import sim
 
 
@@ -51,6 +53,24 @@ def sft_rows(
     return pairs
 
 
+def pairs(args: argparse.Namespace, rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str) -> list[dict]:
+    """The warm start's prompt-completion pairs: random decisions (--warm-start format) or the scripted ones."""
+    if args.warm_start == "format":
+        return format_rows(rows, pools, eos, args.seed)
+    return sft_rows(rows, pools, args.max_steps_per_workflow, eos, args.sft_first_step_too)
+
+
+def format_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str, seed: int) -> list[dict[str, str]]:
+    """Prompt-completion pairs that teach only the decisions format: for each prompt, random workers of its
+    sub-pool, a random shape and random `+` flags (learning/decisions.py), closed by EOS. A policy warmed up on
+    these knows how to write a workflow and nothing about which one is good: all it shows after GRPO is learned."""
+    rng = random.Random(f"format warm start:{seed}")
+    return [
+        {"prompt": row["prompt"], "completion": f" {decisions.random_decisions(pools[row['pool_name']], rng)}{eos}"}
+        for row in rows
+    ]
+
+
 def first_step_alone(completion: str) -> str:
     """The scripted workflow cut to its first step, written as the scripted conductor writes JSON."""
     workflow = json.loads(completion)
@@ -66,16 +86,30 @@ def warm_start(
     from trl import SFTConfig, SFTTrainer
 
     config = SFTConfig(
-        output_dir=str(Path(args.out) / "sft"), max_steps=args.sft_steps, learning_rate=args.sft_lr,
-        per_device_train_batch_size=args.sft_batch, logging_steps=1, save_strategy="no", report_to="none",
-        seed=args.seed, use_cpu=use_cpu, bf16=False, disable_tqdm=True, completion_only_loss=True,
-        gradient_checkpointing=False, max_length=None,  # prompts carry one BOS (training.prompt_text), as in GRPO
-    )  # fmt: skip
+        output_dir=str(Path(args.out) / "sft"),
+        max_steps=args.sft_steps,
+        learning_rate=args.sft_lr,
+        per_device_train_batch_size=args.sft_batch,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        use_cpu=use_cpu,
+        bf16=False,
+        disable_tqdm=True,
+        completion_only_loss=True,
+        gradient_checkpointing=False,
+        max_length=None,  # prompts carry one BOS (training.prompt_text), as in GRPO
+    )
     trainer = SFTTrainer(
-        model=args.base_model, args=config, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer,
-        peft_config=LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear",
-                               task_type="CAUSAL_LM"),
-    )  # fmt: skip
+        model=args.base_model,
+        args=config,
+        train_dataset=Dataset.from_list(pairs),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
+        ),
+    )
     trainer.train()
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     return trainer.model, losses

@@ -256,9 +256,11 @@ class Providers:
         `tools` (the client's function tools) are offered to chat models, which may answer with calls of them.
         """
         sim_call = sim.SimCall(
-            task=metadata or {}, simulation=simulation or SimulationConfig(),
-            time_scale=self.sim_time_scale, call_log=self.sim_call_log,
-        )  # fmt: skip
+            reference=metadata or {},
+            simulation=simulation or SimulationConfig(),
+            time_scale=self.sim_time_scale,
+            call_log=self.sim_call_log,
+        )
         attempts: list[Attempt] = []
         candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
         for position, (name, candidate) in enumerate(candidates):
@@ -325,8 +327,13 @@ class Providers:
                 if attempt == spec.max_retries:
                     raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
                 delay = _backoff(self.retry_base_s, attempt)
-                log.warning("provider_retry", model=spec.model, attempt=attempt + 1, delay_s=round(delay, 3),
-                            error=attempts[-1].error)  # fmt: skip
+                log.warning(
+                    "provider_retry",
+                    model=spec.model,
+                    attempt=attempt + 1,
+                    delay_s=round(delay, 3),
+                    error=attempts[-1].error,
+                )
                 await asyncio.sleep(delay)
                 continue
             except API_ERRORS as exc:  # 4xx and the like: the same request would fail again

@@ -23,8 +23,13 @@ def requested_calls(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
     first_user = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
     task = prompts.read_task(first_user)
     names = [t.get("function", {}).get("name") for t in tools]
-    found = [(match.start(), match.end(), name) for name in names if isinstance(name, str)
-             for match in [re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", task)] if match]  # fmt: skip
+    found = [
+        (match.start(), match.end(), name)
+        for name in names
+        if isinstance(name, str)
+        for match in [re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", task)]
+        if match
+    ]
     if not found:
         return []
     _, end, name = min(found)

@@ -58,13 +58,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def command(args: argparse.Namespace) -> list[str]:
     cmd = [
-        args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
-        "--served-model-name", args.served_model_name, "--max-model-len", str(args.max_model_len),
-        "--host", args.host, "--port", str(args.port),
-        "--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS, separators=(",", ":")),
-        "--tensor-parallel-size", str(args.tensor_parallel_size),
-        "--data-parallel-size", str(args.data_parallel_size),
-    ]  # fmt: skip
+        args.python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        args.model,
+        "--served-model-name",
+        args.served_model_name,
+        "--max-model-len",
+        str(args.max_model_len),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--structured-outputs-config",
+        json.dumps(STRUCTURED_OUTPUTS, separators=(",", ":")),
+        "--tensor-parallel-size",
+        str(args.tensor_parallel_size),
+        "--data-parallel-size",
+        str(args.data_parallel_size),
+    ]
     if args.cpu:
         cmd += ["--dtype", "bfloat16", "--enforce-eager"]
     else:

@@ -89,9 +89,14 @@ class PostgresStore(Store):
         self.location = masked_url(url)
         check_reachable(url)
         self._pool = ConnectionPool(
-            url, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=False, name="conductor-store",
+            url,
+            min_size=1,
+            max_size=max_connections,
+            kwargs={"autocommit": True},
+            open=False,
+            name="conductor-store",
             configure=_configure,
-        )  # fmt: skip
+        )
         try:
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
             self.schema_version = self._migrate()

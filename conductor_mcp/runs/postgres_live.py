@@ -75,10 +75,15 @@ class AdvisoryLease(AdvisoryLiveness, Lease):
         self.token = f"pg-{os.getpid()}-{self.key:x}"
         check_reachable(store.url)
         self._conn = psycopg.connect(
-            store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-            application_name=f"conductor-mcp lease {os.getpid()}", keepalives=1, keepalives_idle=10,
-            keepalives_interval=5, keepalives_count=3,
-        )  # fmt: skip
+            store.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=f"conductor-mcp lease {os.getpid()}",
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
         self._conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
         self._closed = False
         threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()

@@ -60,9 +60,15 @@ def _agent_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def agent_worker(cli: str, sandbox: str = "workspace-write", timeout_s: float = 120, **agent: Any) -> WorkerSpec:
     return WorkerSpec.model_validate(
-        {"id": f"{cli}-agent", "description": f"{cli} under test", "sandbox": sandbox, "timeout_s": timeout_s,
-         "price": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}, "agent": {"cli": cli, **agent}}
-    )  # fmt: skip
+        {
+            "id": f"{cli}-agent",
+            "description": f"{cli} under test",
+            "sandbox": sandbox,
+            "timeout_s": timeout_s,
+            "price": {"input_per_mtok": 1.0, "output_per_mtok": 10.0},
+            "agent": {"cli": cli, **agent},
+        }
+    )
 
 
 def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
@@ -71,8 +77,14 @@ def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float =
         f'model_providers.scripted={{name="scripted", base_url="http://127.0.0.1:{port}/v1", wire_api="responses", '
         f'env_key="{AGENT_KEY}", request_max_retries=0, stream_max_retries=0}}'
     )
-    overrides = [provider, 'model_provider="scripted"', 'web_search="disabled"', "analytics.enabled=false",
-                 "features.unbounded_connection_retries=false", "features.plugins=false"]  # fmt: skip
+    overrides = [
+        provider,
+        'model_provider="scripted"',
+        'web_search="disabled"',
+        "analytics.enabled=false",
+        "features.unbounded_connection_retries=false",
+        "features.plugins=false",
+    ]
     args = [part for value in overrides for part in ("-c", value)]
     return agent_worker("codex", sandbox, timeout_s, binary=CODEX, model="scripted", args=args, env_pass=[AGENT_KEY])
 
@@ -80,9 +92,13 @@ def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float =
 def claude_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
     """Claude Code against the scripted Messages server on `port`."""
     return agent_worker(
-        "claude", sandbox, timeout_s, binary=CLAUDE, env_pass=["ANTHROPIC_API_KEY"],
+        "claude",
+        sandbox,
+        timeout_s,
+        binary=CLAUDE,
+        env_pass=["ANTHROPIC_API_KEY"],
         env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"},
-    )  # fmt: skip
+    )
 
 
 def processes_with_env(entry: str) -> list[int]:

@@ -47,20 +47,38 @@ def responses_reply(script: Script, body: dict[str, Any]) -> bytes:
     results = responses_results(body)
     move = script.move(results)
     if isinstance(move, str):
-        item = {"type": "message", "id": f"msg_{len(results)}", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": move, "annotations": []}]}  # fmt: skip
+        item = {
+            "type": "message",
+            "id": f"msg_{len(results)}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": move, "annotations": []}],
+        }
     else:
         name, arguments = move
-        item = {"type": "function_call", "id": f"fc_{len(results)}", "call_id": f"call_{len(results)}",
-                "name": name, "arguments": json.dumps(arguments), "status": "completed"}  # fmt: skip
-    usage = {"input_tokens": 120, "input_tokens_details": {"cached_tokens": 20}, "output_tokens": 15,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 135}  # fmt: skip
+        item = {
+            "type": "function_call",
+            "id": f"fc_{len(results)}",
+            "call_id": f"call_{len(results)}",
+            "name": name,
+            "arguments": json.dumps(arguments),
+            "status": "completed",
+        }
+    usage = {
+        "input_tokens": 120,
+        "input_tokens_details": {"cached_tokens": 20},
+        "output_tokens": 15,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 135,
+    }
     response = {"id": f"resp_{len(results)}", "object": "response", "status": "completed", "usage": usage}
-    return _sse([
-        ("response.created", {"type": "response.created", "response": {**response, "status": "in_progress"}}),
-        ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
-        ("response.completed", {"type": "response.completed", "response": response}),
-    ])  # fmt: skip
+    return _sse(
+        [
+            ("response.created", {"type": "response.created", "response": {**response, "status": "in_progress"}}),
+            ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+            ("response.completed", {"type": "response.completed", "response": response}),
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------ Claude Code: Messages API
@@ -89,18 +107,33 @@ def messages_reply(script: Script, body: dict[str, Any]) -> bytes:
         block = {"type": "tool_use", "id": f"toolu_{len(results)}", "name": name, "input": {}}
         delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
         stop = "tool_use"
-    message = {"id": f"msg_{len(results)}", "type": "message", "role": "assistant", "model": body.get("model"),
-               "content": [], "stop_reason": None, "stop_sequence": None,
-               "usage": {"input_tokens": 200, "output_tokens": 1}}  # fmt: skip
-    return _sse([
-        ("message_start", {"type": "message_start", "message": message}),
-        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                           "usage": {"output_tokens": 9}}),
-        ("message_stop", {"type": "message_stop"}),
-    ])  # fmt: skip
+    message = {
+        "id": f"msg_{len(results)}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model"),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 200, "output_tokens": 1},
+    }
+    return _sse(
+        [
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": 9},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------- OpenAI chat completions
@@ -115,12 +148,20 @@ def chat_reply(script: Script, body: dict[str, Any]) -> dict[str, Any]:
         finish = "stop"
     else:
         name, arguments = move
-        call = {"id": f"call_{len(results)}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments)}}  # fmt: skip
+        call = {
+            "id": f"call_{len(results)}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
         message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-    return {"id": f"chat_{len(results)}", "object": "chat.completion", "created": 0, "model": body.get("model"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55}}  # fmt: skip
+    return {
+        "id": f"chat_{len(results)}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55},
+    }
 
 
 # ------------------------------------------------------------------------------------------------ server
@@ -190,9 +231,16 @@ def _handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
 
 
 def _plain_message(body: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "msg_plain", "type": "message", "role": "assistant", "model": body.get("model"),
-            "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
+    return {
+        "id": "msg_plain",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model"),
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
 
 
 def tool_results(script: Script) -> Iterator[str]:

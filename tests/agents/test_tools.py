@@ -47,8 +47,13 @@ async def test_read_and_search_stay_inside_the_workspace(workspace: Workspace) -
     assert not error and text.splitlines()[0].strip() == "4" and "def sub" in text and "start_line 6" in text
     assert "def add" in (await _call(tools, "read", path="link.py"))[0]  # a link that stays inside is fine
     os.symlink("/etc/hostname", workspace.work / "escape")
-    for path, why in [("../meta/index", "outside"), ("escape", "outside"), ("/etc/passwd", "relative"),
-                      ("pkg/../../home", "outside"), ("nothing.txt", "does not exist")]:  # fmt: skip
+    for path, why in [
+        ("../meta/index", "outside"),
+        ("escape", "outside"),
+        ("/etc/passwd", "relative"),
+        ("pkg/../../home", "outside"),
+        ("nothing.txt", "does not exist"),
+    ]:
         text, error = await _call(tools, "read", path=path)
         assert error and why in text, (path, text)
     assert "binary file of 1024 bytes" in (await _call(tools, "read", path="logo.bin"))[0]
@@ -107,8 +112,11 @@ async def test_the_loop_with_the_simulator_runs_the_tool_it_names(workspace: Wor
 
 @needs_bwrap
 async def test_the_loop_against_a_scripted_server_through_litellm(workspace: Workspace, tmp_path: Path) -> None:
-    calls = [("search", {"pattern": "def add"}), ("read", {"path": "calc.py", "max_lines": 2}),
-             ("run", {"command": "python3 -c 'import calc; print(calc.add(2, 3))'"})]  # fmt: skip
+    calls = [
+        ("search", {"pattern": "def add"}),
+        ("read", {"path": "calc.py", "max_lines": 2}),
+        ("run", {"command": "python3 -c 'import calc; print(calc.add(2, 3))'"}),
+    ]
     script = Script(calls, final="calc.add works.")
     with ScriptedServer(script) as server:
         spec = ModelSpec(model="hosted_vllm/scripted", api_base=f"{server.base_url}/v1", max_retries=0)
@@ -132,9 +140,13 @@ async def test_the_loop_ends_with_an_answer_at_its_turn_limit(workspace: Workspa
     with ScriptedServer(script) as server:
         spec = ModelSpec(model="hosted_vllm/scripted", api_base=f"{server.base_url}/v1", max_retries=0)
         complete = functools.partial(Providers(Settings.from_env(state_dir=tmp_path)).complete, spec)
-        result = await tool_loop(complete, [{"role": "user", "content": "Look around."}],
-                                 WorkspaceTools(workspace, ["search"], "read-only"), max_turns=3,
-                                 max_tool_output_chars=50)  # fmt: skip
+        result = await tool_loop(
+            complete,
+            [{"role": "user", "content": "Look around."}],
+            WorkspaceTools(workspace, ["search"], "read-only"),
+            max_turns=3,
+            max_tool_output_chars=50,
+        )
     assert (result.turns, result.ended, len(result.uses)) == (3, "max_turns", 2)
     assert result.answer == "Out of turns; here is what I have."
     assert all(use.output.endswith("more characters]") and len(use.output) < 120 for use in result.uses)

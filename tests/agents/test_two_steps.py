@@ -43,9 +43,11 @@ async def test_a_reviewer_sees_the_agents_diff_and_builds_on_its_result(
             complete = functools.partial(Providers(Settings.from_env(state_dir=tmp_path)).complete, spec)
             prompt = f"Review this change.\n\nIts answer: {record.final_message}\n\nIts diff:\n{diff.text}"
             review = await tool_loop(
-                complete, [{"role": "user", "content": prompt}], WorkspaceTools(second, ["read", "run"], "read-only"),
+                complete,
+                [{"role": "user", "content": prompt}],
+                WorkspaceTools(second, ["read", "run"], "read-only"),
                 max_turns=4,
-            )  # fmt: skip
+            )
     assert [f.path for f in diff.files] == ["feature.py"]
     assert "+print(6 * 7)" in script.requests[0]["body"]["messages"][0]["content"]  # the reviewer was shown the diff
     assert "print(6 * 7)" in review.uses[0].output and review.uses[1].output == "exit status 0\n42\n"

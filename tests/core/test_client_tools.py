@@ -80,12 +80,31 @@ def _waiting_run() -> Run:
     workflow = Workflow(steps=[Step(worker="a", instruction="plan"), Step(worker="b", instruction="do", access=[0])])
     steps = [
         StepRecord(key="0", index=0, worker_id="a", visible_id="a", model="sim/a", instruction="plan", status="done"),
-        StepRecord(key="1", index=1, worker_id="b", visible_id="b", model="sim/b", instruction="do", access=[0],
-                   status="done", output=""),
-    ]  # fmt: skip
-    run = Run(id="0123456789abcdef", task="t", pool="sim", pool_digest="d", conductor_model="sim/conductor",
-              max_steps=4, workflow=workflow, steps=steps, status="done", answer="",
-              tools=[{"type": "function", "function": {"name": "ls"}}])  # fmt: skip
+        StepRecord(
+            key="1",
+            index=1,
+            worker_id="b",
+            visible_id="b",
+            model="sim/b",
+            instruction="do",
+            access=[0],
+            status="done",
+            output="",
+        ),
+    ]
+    run = Run(
+        id="0123456789abcdef",
+        task="t",
+        pool="sim",
+        pool_digest="d",
+        conductor_model="sim/conductor",
+        max_steps=4,
+        workflow=workflow,
+        steps=steps,
+        status="done",
+        answer="",
+        tools=[{"type": "function", "function": {"name": "ls"}}],
+    )
     steps[1].tool_calls = tool_calls_of(run.id, 1, [("ls", '{"path": "."}')])
     return run
 

@@ -107,9 +107,15 @@ async def test_the_cookie_is_hardened_as_far_as_the_scheme_allows(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("token", "weak"), [("a", True), ("x" * 64, True), ("short-Tok3n", True), ("a1b2c3d4e5" * 3, True),
-                        ("auth-t0ken-for-the-tests-0123456789-abcdefgh", False)],
-)  # fmt: skip
+    ("token", "weak"),
+    [
+        ("a", True),
+        ("x" * 64, True),
+        ("short-Tok3n", True),
+        ("a1b2c3d4e5" * 3, True),
+        ("auth-t0ken-for-the-tests-0123456789-abcdefgh", False),
+    ],
+)
 def test_weak_tokens_are_named(token: str, weak: bool) -> None:
     assert (token_weakness(token) is not None) is weak
 
@@ -124,8 +130,11 @@ def test_a_weak_token_is_refused_off_loopback_and_warned_about_on_it(tmp_path: P
     in_service(Settings.from_env(state_dir=tmp_path), refused_in_process)
     public = subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--host", "0.0.0.0", "--port", str(free_port())],
-        env=server_env(tmp_path / "state", CONDUCTOR_HTTP_TOKEN="a"), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=server_env(tmp_path / "state", CONDUCTOR_HTTP_TOKEN="a"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert public.returncode == 2 and "too weak" in public.stderr, public.stderr[-2000:]
 
 

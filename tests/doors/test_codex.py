@@ -86,19 +86,28 @@ def _codex_exec(codex_home: Path, port: int, task: str) -> list[str]:
     workdir = codex_home / "work"
     workdir.mkdir(exist_ok=True)
     env = {
-        **os.environ, "CODEX_HOME": str(codex_home), "HOME": str(codex_home),
-        "CONDUCTOR_TEST_CODEX_KEY": TOKEN, "NO_COLOR": "1",
-    }  # fmt: skip
+        **os.environ,
+        "CODEX_HOME": str(codex_home),
+        "HOME": str(codex_home),
+        "CONDUCTOR_TEST_CODEX_KEY": TOKEN,
+        "NO_COLOR": "1",
+    }
     result = subprocess.run(
         [CODEX, "exec", "--skip-git-repo-check", "--json", task],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=workdir, timeout=180,
-    )  # fmt: skip
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workdir,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     messages = [
-        e["item"]["text"] for e in events
+        e["item"]["text"]
+        for e in events
         if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"
-    ]  # fmt: skip
+    ]
     assert messages, result.stdout[-3000:]
     return messages
 

@@ -56,9 +56,15 @@ class Chunks:
 
 @pytest.mark.parametrize(
     ("method", "path", "cap"),
-    [("POST", "/mcp", 4 * MIB), ("POST", "/v1/responses", 8 * MIB), ("POST", "/ui/login", 16 * 1024),
-     ("POST", "/ui/login-codes", 64 * 1024), ("GET", "/v1/models", 64 * 1024), ("GET", "/ui/", 64 * 1024)],
-)  # fmt: skip
+    [
+        ("POST", "/mcp", 4 * MIB),
+        ("POST", "/v1/responses", 8 * MIB),
+        ("POST", "/ui/login", 16 * 1024),
+        ("POST", "/ui/login-codes", 64 * 1024),
+        ("GET", "/v1/models", 64 * 1024),
+        ("GET", "/ui/", 64 * 1024),
+    ],
+)
 async def test_every_route_refuses_a_declared_body_over_its_cap(
     tmp_path: Path, method: str, path: str, cap: int
 ) -> None:
@@ -126,8 +132,9 @@ def test_a_chunked_300_mib_body_leaves_the_server_small(server: HttpServer) -> N
 
     status = None
     with contextlib.suppress(httpx.TransportError):  # the server may close before all of it is sent
-        status = httpx.post(f"http://127.0.0.1:{server.port}/v1/responses", content=body(), headers=BEARER,
-                            timeout=60).status_code  # fmt: skip
+        status = httpx.post(
+            f"http://127.0.0.1:{server.port}/v1/responses", content=body(), headers=BEARER, timeout=60
+        ).status_code
     grown = status_of("VmHWM", server.proc.pid) - before
     assert status in (413, None) and grown < 48 * MIB, (status, grown // MIB)
     assert models(server) == 200

@@ -77,5 +77,6 @@ def test_inspector_calls_plan_and_orchestrate(tmp_path: Path) -> None:
     assert run["structuredContent"]["status"] == "done" and next(iter(run["structuredContent"])) == "answer"
     assert run["content"][0]["text"].startswith("## Answer")
     links = [item for item in run["content"] if item["type"] == "resource_link"]
-    assert links and all(link["uri"].startswith(f"conductor://runs/{run['structuredContent']['run_id']}/steps/")
-                         for link in links)  # fmt: skip
+    assert links and all(
+        link["uri"].startswith(f"conductor://runs/{run['structuredContent']['run_id']}/steps/") for link in links
+    )

@@ -20,11 +20,15 @@ TOOLS = {
     "pools": [],
 }
 values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(10**12), max_value=10**12) | st.floats()
-    | st.text(max_size=60) | st.sampled_from(["sim", "testpool", "../etc/passwd", "x" * 100_001, "done", ""]),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**12), max_value=10**12)
+    | st.floats()
+    | st.text(max_size=60)
+    | st.sampled_from(["sim", "testpool", "../etc/passwd", "x" * 100_001, "done", ""]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6,
-)  # fmt: skip
+)
 
 
 @st.composite

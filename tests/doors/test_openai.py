@@ -30,9 +30,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
         pool_dir, "chain3", [("model_0", "Draft.", []), ("model_1", "Improve.", [0]), ("model_2", "Finish.", [1])]
     )
     env = {
-        "CONDUCTOR_POOL": "sim", "CONDUCTOR_HTTP_TOKEN": TOKEN, "CONDUCTOR_SIM_TIME_SCALE": "0.01",
+        "CONDUCTOR_POOL": "sim",
+        "CONDUCTOR_HTTP_TOKEN": TOKEN,
+        "CONDUCTOR_SIM_TIME_SCALE": "0.01",
         "CONDUCTOR_OPENAI_KEEPALIVE_S": "0.2",
-    }  # fmt: skip
+    }
     started = HttpServer(root / "state", pool_dir, **env)
     yield started
     started.stop()
@@ -60,14 +62,15 @@ def test_models_list_the_default_and_every_pool(client: openai.OpenAI) -> None:
 
 def test_responses_create_answers_with_provenance_and_full_usage(client: openai.OpenAI, server: HttpServer) -> None:
     raw = client.responses.with_raw_response.create(
-        model="conductor", instructions="Answer briefly.",
+        model="conductor",
+        instructions="Answer briefly.",
         input=[
             {"role": "developer", "content": "You are careful."},
             {"role": "user", "content": "Earlier question"},
             {"role": "assistant", "content": "Earlier answer"},
             {"role": "user", "content": [{"type": "input_text", "text": TASK}]},
         ],
-    )  # fmt: skip
+    )
     response = raw.parse()
     assert response.metadata is not None
     run_id = response.metadata["conductor_run_id"]
@@ -135,8 +138,9 @@ def test_errors_in_openai_shape(client: openai.OpenAI, server: HttpServer) -> No
         client.chat.completions.create(model="conductor", messages=[])
     assert no_input.value.param == "messages"
     with pytest.raises(openai.BadRequestError) as effort:
-        client.chat.completions.create(model="conductor", messages=[{"role": "user", "content": "x"}],
-                                       reasoning_effort="extreme")  # type: ignore[arg-type]  # fmt: skip
+        client.chat.completions.create(
+            model="conductor", messages=[{"role": "user", "content": "x"}], reasoning_effort="extreme"
+        )  # type: ignore[arg-type]
     assert effort.value.param == "reasoning_effort"
     with pytest.raises(openai.APIStatusError) as large:
         client.responses.create(model="conductor", input="x" * 100_001)
@@ -147,9 +151,12 @@ def test_errors_in_openai_shape(client: openai.OpenAI, server: HttpServer) -> No
 
 def test_budget_and_effort_become_the_run_limits(client: openai.OpenAI, server: HttpServer) -> None:
     response = client.responses.create(
-        model="conductor", input=TASK, max_output_tokens=50_000, metadata={"max_usd": "2.5"},
+        model="conductor",
+        input=TASK,
+        max_output_tokens=50_000,
+        metadata={"max_usd": "2.5"},
         reasoning={"effort": "xhigh"},
-    )  # fmt: skip
+    )
     run = stored_run(server, response.metadata["conductor_run_id"])  # type: ignore[index]
     assert run["budget"] == {"max_tokens": 50_000, "max_usd": 2.5}
     assert run["max_steps"] == 20 and run["self_correct"] is True
@@ -244,8 +251,11 @@ def test_a_run_that_fails_mid_stream_ends_the_stream_with_its_error(client: open
     assert failed.error is not None and failed.error.code == "budget_exhausted"
     assert failed.usage is not None and failed.usage.total_tokens > 0  # what was spent is still reported
     with pytest.raises(openai.APIError, match="budget reached"):
-        list(client.chat.completions.create(model="conductor", messages=[{"role": "user", "content": TASK}],
-                                            max_tokens=1, stream=True))  # fmt: skip
+        list(
+            client.chat.completions.create(
+                model="conductor", messages=[{"role": "user", "content": TASK}], max_tokens=1, stream=True
+            )
+        )
 
 
 def test_the_host_check_guards_the_openai_door_too(server: HttpServer) -> None:
@@ -255,9 +265,11 @@ def test_the_host_check_guards_the_openai_door_too(server: HttpServer) -> None:
 
 
 WEATHER_TOOL = {
-    "type": "function", "name": "get_weather", "description": "The weather in a city.",
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}  # fmt: skip
+}
 TOOL_TASK = 'Should I take an umbrella in Paris? Call get_weather {"city": "Paris"} first.'
 
 
@@ -272,9 +284,11 @@ def test_tool_call_round_trip_through_responses_and_previous_response_id(
     assert first.id == f"resp_{run_id}" and calls[0].call_id.startswith(f"call_{run_id}_")
 
     second = client.responses.create(
-        model="conductor/sim", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        model="conductor/sim",
+        previous_response_id=first.id,
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
         input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "rain, 12 C"}],
-    )  # fmt: skip
+    )
     assert second.id == f"resp_{run_id}_1" and (second.metadata or {})["conductor_run_id"] == run_id
     assert "Tool result: rain, 12 C" in second.output_text
     assert not [item for item in second.output if item.type == "function_call"]
@@ -347,9 +361,11 @@ def test_a_tool_turn_continues_after_a_server_restart(tmp_path: Path) -> None:
     try:
         sdk = openai.OpenAI(base_url=base_url(server), api_key=TOKEN, max_retries=0)
         second = sdk.responses.create(
-            model="conductor", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+            model="conductor",
+            previous_response_id=first.id,
+            tools=[WEATHER_TOOL],  # type: ignore[list-item]
             input=[{"type": "function_call_output", "call_id": call.call_id, "output": "fog"}],
-        )  # fmt: skip
+        )
     finally:
         server.stop()
     assert first.metadata is not None and second.metadata is not None

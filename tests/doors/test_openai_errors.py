@@ -113,19 +113,52 @@ async def test_the_viewers_redirect_carries_the_security_headers(tmp_path: Path,
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=20)
     | st.sampled_from(["user", "assistant", "tool", "function", "function_call_output", "message", "resp_", "call_x"]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["role", "content", "type", "tool_calls", "function", "name", "arguments", "call_id",
-                         "output", "text", "tool_call_id", "effort", "x"]), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "role",
+                    "content",
+                    "type",
+                    "tool_calls",
+                    "function",
+                    "name",
+                    "arguments",
+                    "call_id",
+                    "output",
+                    "text",
+                    "tool_call_id",
+                    "effort",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
     max_leaves=12,
-)  # fmt: skip
+)
 bodies = st.fixed_dictionaries(
     {"model": st.just("conductor")},
-    optional={"input": json_values, "messages": json_values, "instructions": json_values, "reasoning": json_values,
-              "tools": json_values, "tool_choice": json_values, "metadata": json_values,
-              "max_output_tokens": json_values, "reasoning_effort": json_values},
-)  # fmt: skip
+    optional={
+        "input": json_values,
+        "messages": json_values,
+        "instructions": json_values,
+        "reasoning": json_values,
+        "tools": json_values,
+        "tool_choice": json_values,
+        "metadata": json_values,
+        "max_output_tokens": json_values,
+        "reasoning_effort": json_values,
+    },
+)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -133,8 +166,11 @@ bodies = st.fixed_dictionaries(
 def test_any_body_is_translated_or_refused_with_a_readable_error(body: dict[str, Any]) -> None:
     json.dumps(body)  # what a client can send
     for translate in (
-        responses_request, chat_request, chat_tool_reply, lambda b: responses_tool_reply(b, None),
-    ):  # fmt: skip
+        responses_request,
+        chat_request,
+        chat_tool_reply,
+        lambda b: responses_tool_reply(b, None),
+    ):
         with contextlib.suppress(ConductorError):
             translate(body)
 

@@ -21,7 +21,9 @@ from conductor_mcp.errors import RequestError, RequestTooLarge
 def test_a_codex_style_history_keeps_tool_turns_in_order_and_skips_reasoning() -> None:
     asked = responses_request(
         {
-            "model": "conductor", "instructions": "You are Codex.", "stream": True,
+            "model": "conductor",
+            "instructions": "You are Codex.",
+            "stream": True,
             "tools": [{"type": "function", "name": "exec_command", "parameters": {}}],
             "input": [
                 {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox rules"}]},
@@ -31,7 +33,7 @@ def test_a_codex_style_history_keeps_tool_turns_in_order_and_skips_reasoning() -
                 {"type": "function_call_output", "call_id": "c1", "output": "main.py"},
             ],
         }
-    )  # fmt: skip
+    )
     assert asked.task == "fix the bug" and asked.stream
     assert asked.context is not None and "opaque" not in asked.context
     order = ["[instructions]\nYou are Codex.", "[developer]\nsandbox rules", "exec_command", "c1)\nmain.py"]
@@ -41,13 +43,16 @@ def test_a_codex_style_history_keeps_tool_turns_in_order_and_skips_reasoning() -
 def test_chat_messages_and_limits() -> None:
     asked = chat_request(
         {
-            "model": "conductor/sim", "max_tokens": 900, "reasoning_effort": "minimal", "metadata": {"max_usd": "0.5"},
+            "model": "conductor/sim",
+            "max_tokens": 900,
+            "reasoning_effort": "minimal",
+            "metadata": {"max_usd": "0.5"},
             "messages": [
                 {"role": "system", "content": "sys"},
                 {"role": "user", "content": [{"type": "text", "text": "the task"}]},
             ],
         }
-    )  # fmt: skip
+    )
     assert asked.task == "the task" and asked.context == "[system]\nsys"
     assert asked.run_fields == {"budget": {"max_tokens": 900, "max_usd": 0.5}, "max_steps": 1, "tools": ()}
     high = chat_request({"model": "m", "reasoning_effort": "high", "messages": [{"role": "user", "content": "x"}]})
@@ -105,10 +110,13 @@ def test_trailing_tool_outputs_answer_the_run_their_call_ids_name() -> None:
 def test_chat_tool_messages_after_the_last_user_message_are_a_tool_reply() -> None:
     messages = [
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": OUR_CALL, "type": "function",
-                                                               "function": {"name": "w", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": OUR_CALL, "type": "function", "function": {"name": "w", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": OUR_CALL, "content": [{"type": "text", "text": "rain"}]},
-    ]  # fmt: skip
+    ]
     reply = chat_tool_reply({"model": "conductor", "messages": messages})
     assert reply is not None and reply.results[0].output == "rain" and reply.run_id == "0123456789abcdef"
     assert chat_tool_reply({"model": "conductor", "messages": messages[:1]}) is None

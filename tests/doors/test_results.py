@@ -21,12 +21,22 @@ TOKENS = 4  # characters per token, the usual estimate
 def long_pool(pool_dir: Path) -> str:
     """Five steps whose workers each answer with ~8,000 tokens (litellm's mock_response: the real call path)."""
     workers = [
-        {"id": f"w{i}", "model": f"openai/w{i}", "description": f"worker {i}", "params": {"mock_response": LONG_OUTPUT},
-         "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}
+        {
+            "id": f"w{i}",
+            "model": f"openai/w{i}",
+            "description": f"worker {i}",
+            "params": {"mock_response": LONG_OUTPUT},
+            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+        }
         for i in range(3)
-    ]  # fmt: skip
-    steps = [("w0", "draft", []), ("w1", "draft again", []), ("w2", "review", [0, 1]), ("w0", "fix", [2]),
-             ("w1", "final answer", "all")]  # fmt: skip
+    ]
+    steps = [
+        ("w0", "draft", []),
+        ("w1", "draft again", []),
+        ("w2", "review", [0, 1]),
+        ("w0", "fix", [2]),
+        ("w1", "final answer", "all"),
+    ]
     return scripted_pool(pool_dir, "long", steps, workers=workers, anonymize=False)
 
 
@@ -43,8 +53,9 @@ async def test_a_long_run_fits_the_hosts_and_puts_the_answer_first(service: Serv
     assert next(iter(data)) == "answer" and data["status"] == "done"
     assert size / TOKENS < 20_000, size  # under Claude Code's 25,000-token cap, with room
     assert data["answer"] == LONG_OUTPUT and data["answer_chars"] == len(LONG_OUTPUT)  # whole, under the limit
-    assert len(data["steps"]) == 5 and all(len(s["output"]) <= 300 and s["output_chars"] == len(LONG_OUTPUT)
-                                           for s in data["steps"])  # fmt: skip
+    assert len(data["steps"]) == 5 and all(
+        len(s["output"]) <= 300 and s["output_chars"] == len(LONG_OUTPUT) for s in data["steps"]
+    )
     links = [c for c in compact.content if isinstance(c, ResourceLink)]
     assert [str(link.uri) for link in links] == [f"conductor://runs/{run_id}/steps/{k}" for k in range(5)]
     assert isinstance(compact.content[0], TextContent) and compact.content[0].text.startswith("## Answer")

@@ -28,26 +28,52 @@ SECRETS = (CONDUCTOR_KEY, WORKER_KEY, FILE_KEY)
 async def test_keys_never_leak(tmp_path: Path, pool_dir: Path, faulty_base: str) -> None:
     key_file = tmp_path / "key.txt"
     key_file.write_text(FILE_KEY + "\n")
-    write_pool(pool_dir, {
-        "name": "secret-replan", "anonymize": False, "recursion": True, "max_steps": 4,
-        "conductor": {"model": "hosted_vllm/conductor", "api_base": f"{faulty_base}/v1", "structured_output": "none",
-                      "api_key_env": "OPENAI_API_KEY"},
-        "workers": [worker(faulty_base, "ok", api_key_env="MY_WORKER_VAR"),
-                    worker(faulty_base, "down", api_key_file=str(key_file), max_retries=1)],
-    })  # fmt: skip
-    scripted_pool(pool_dir, "secret-echo", [("badrequest", "Solve it.", [])], anonymize=False,
-                  workers=[worker(faulty_base, "badrequest", api_key_env="MY_WORKER_VAR")])  # fmt: skip
+    write_pool(
+        pool_dir,
+        {
+            "name": "secret-replan",
+            "anonymize": False,
+            "recursion": True,
+            "max_steps": 4,
+            "conductor": {
+                "model": "hosted_vllm/conductor",
+                "api_base": f"{faulty_base}/v1",
+                "structured_output": "none",
+                "api_key_env": "OPENAI_API_KEY",
+            },
+            "workers": [
+                worker(faulty_base, "ok", api_key_env="MY_WORKER_VAR"),
+                worker(faulty_base, "down", api_key_file=str(key_file), max_retries=1),
+            ],
+        },
+    )
+    scripted_pool(
+        pool_dir,
+        "secret-echo",
+        [("badrequest", "Solve it.", [])],
+        anonymize=False,
+        workers=[worker(faulty_base, "badrequest", api_key_env="MY_WORKER_VAR")],
+    )
     state = tmp_path / "state"
-    env = {**os.environ, "OPENAI_API_KEY": CONDUCTOR_KEY, "MY_WORKER_VAR": WORKER_KEY, "CONDUCTOR_LOG_LEVEL": "debug",
-           "CONDUCTOR_POOL_PATH": str(pool_dir), "CONDUCTOR_RETRY_BASE_S": "0.01"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": CONDUCTOR_KEY,
+        "MY_WORKER_VAR": WORKER_KEY,
+        "CONDUCTOR_LOG_LEVEL": "debug",
+        "CONDUCTOR_POOL_PATH": str(pool_dir),
+        "CONDUCTOR_RETRY_BASE_S": "0.01",
+    }
     outputs = []
     runs = {}
     for pool in ("secret-replan", "secret-echo"):
         result = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "conductor_mcp", "--state-dir", str(state), "run", "--pool", pool, "--json", "t"],
-            capture_output=True, text=True, env=env, timeout=120,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         outputs += [result.stdout, result.stderr]
         runs[pool] = json.loads(result.stdout)
     assert runs["secret-replan"]["status"] == "done"  # success path, through a failed step and a re-plan
@@ -79,9 +105,16 @@ async def test_keys_never_leak(tmp_path: Path, pool_dir: Path, faulty_base: str)
 async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: Path) -> None:
     """A pool's params (an Authorization header, say) and its api_base's credentials are shown by name only."""
     base = "https://bob:pa55word-in-url@llm.example:8443/v1?api_key=q-SECRETquery-123&region=eu#frag-SECRET"
-    conductor = {"model": "hosted_vllm/c", "api_base": base, "api_key_env": "MY_CONDUCTOR_KEY",
-                 "params": {"temperature": 0.3, "extra_headers": {"Authorization": "Bearer hdr-SECRET-0123456789"},
-                            "stop": ["tok-SECRET-in-list"]}}  # fmt: skip
+    conductor = {
+        "model": "hosted_vllm/c",
+        "api_base": base,
+        "api_key_env": "MY_CONDUCTOR_KEY",
+        "params": {
+            "temperature": 0.3,
+            "extra_headers": {"Authorization": "Bearer hdr-SECRET-0123456789"},
+            "stop": ["tok-SECRET-in-list"],
+        },
+    }
     workers = [worker("http://127.0.0.1:9", "ok", api_key_file="/keys/worker.txt")]
     write_pool(pool_dir, {"name": "masked", "conductor": conductor, "workers": workers})
     settings = Settings.from_env().with_pool_dirs_first(pool_dir)

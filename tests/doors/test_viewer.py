@@ -57,8 +57,16 @@ async def serving(service: Service, auth: ViewerAuth | None = None) -> AsyncIter
 
 
 def stored(service: Service, run_id: str, created_at: str, status: str = "done", pool: str = "testpool") -> None:
-    run = Run(id=run_id, task=f"task {run_id}", pool=pool, pool_digest="d", conductor_model="sim/conductor",
-              max_steps=3, status=status, created_at=created_at)  # fmt: skip
+    run = Run(
+        id=run_id,
+        task=f"task {run_id}",
+        pool=pool,
+        pool_digest="d",
+        conductor_model="sim/conductor",
+        max_steps=3,
+        status=status,
+        created_at=created_at,
+    )
     service._store.save_run(run)
 
 
@@ -112,8 +120,13 @@ async def test_pages_carry_a_strict_csp_and_no_inline_script(viewer_service: Ser
 async def test_the_list_is_paged_newest_first_and_filtered(viewer_service: Service) -> None:
     for i in range(120):
         status = "failed" if i % 10 == 0 else "done"
-        stored(viewer_service, f"run{i:03d}", f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.000+00:00", status,
-               "other" if i % 2 else "testpool")  # fmt: skip
+        stored(
+            viewer_service,
+            f"run{i:03d}",
+            f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.000+00:00",
+            status,
+            "other" if i % 2 else "testpool",
+        )
     async with serving(viewer_service) as client:
         first = (await client.get("/ui/", headers=BEARER)).text
         ids = re.findall(r'data-run="(run\d+)"', first)
@@ -195,6 +208,9 @@ def test_results_carry_the_viewer_url_when_served() -> None:
 def test_view_refuses_an_unknown_run_before_serving(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "view", "no-such-run", "--no-browser"],
-        env=server_env(tmp_path / "state"), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=server_env(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "no-such-run" in done.stderr and not done.stdout

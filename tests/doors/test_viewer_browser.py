@@ -144,10 +144,12 @@ def watch_until_done(browser: Any, url: str) -> None:
     browser.execute_script("window.__kept = 'same page';")
     done_steps = "return document.querySelectorAll('details.step.status-done').length;"
     wait_for(
-        lambda: browser.execute_script("return document.getElementById('run-status').innerText == 'running' && "
-                                       "document.querySelectorAll('details.step.status-done').length > 0;"),
+        lambda: browser.execute_script(
+            "return document.getElementById('run-status').innerText == 'running' && "
+            "document.querySelectorAll('details.step.status-done').length > 0;"
+        ),
         what="a step done while the run still runs",
-    )  # fmt: skip
+    )
     wait_for(lambda: text_of(browser, "#run-status") == "done", timeout_s=30, what="the run done")
     assert browser.execute_script(done_steps) == 3
     assert browser.execute_script("return window.__kept;") == "same page"
@@ -178,8 +180,11 @@ def test_view_serves_the_store_read_only_and_watches_another_process(
     server = slow_server(tmp_path, pool_dir)
     view = subprocess.Popen(
         [sys.executable, "-m", "conductor_mcp", "view", "--no-browser"],
-        env=server_env(tmp_path / "state"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        env=server_env(tmp_path / "state"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert view.stdout is not None
         url = view.stdout.readline().split(" at ", 1)[1].strip()
@@ -206,8 +211,14 @@ def test_model_output_that_tries_to_run_script_runs_nothing(browser: Any, tmp_pa
     from selenium.webdriver.common.by import By
 
     evil = {"id": "evil", "model": "openai/evil", "params": {"mock_response": XSS}, "description": f"evil {XSS}"}
-    scripted_pool(pool_dir, "xss", [("evil", f"repeat {XSS}", []), ("evil", "again", [0])], anonymize=False,
-                  workers=[evil], simulation=None)  # fmt: skip
+    scripted_pool(
+        pool_dir,
+        "xss",
+        [("evil", f"repeat {XSS}", []), ("evil", "again", [0])],
+        anonymize=False,
+        workers=[evil],
+        simulation=None,
+    )
     server = HttpServer(tmp_path / "state", pool_dir)
     try:
         run_id = chat(server, "xss", f"task {XSS}").headers["x-conductor-run-id"]

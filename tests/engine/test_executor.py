@@ -425,8 +425,10 @@ def test_shipped_sim_pool_runs(tmp_path: Path) -> None:
 
 
 def test_completion_prompt_for_base_models() -> None:
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "# Task\nWhat is 2+2?\n\n# Your instruction\nAnswer it."}]  # fmt: skip
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "# Task\nWhat is 2+2?\n\n# Your instruction\nAnswer it."},
+    ]
     assert providers.completion_prompt(messages) == (
         "Be brief.\n\nQuestion: Task:\nWhat is 2+2?\n\nYour instruction:\nAnswer it.\nAnswer:"
     )

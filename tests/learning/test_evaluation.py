@@ -27,8 +27,15 @@ META = {"domain": "math", "answer": "42"}
 
 
 async def run_strategy(service: Service, strategy, task: str = "What is 6*7?"):
-    run = start(service, task, strategy.workflow, pool="testpool", max_steps=strategy.max_steps, metadata=META,
-                self_correct=strategy.self_correct)  # fmt: skip
+    run = start(
+        service,
+        task,
+        strategy.workflow,
+        pool="testpool",
+        max_steps=strategy.max_steps,
+        metadata=META,
+        self_correct=strategy.self_correct,
+    )
     return await service.wait(run.id, None)
 
 
@@ -73,8 +80,16 @@ async def test_conductor_with_recursion_ends_with_a_self_check(service: Service)
 
 def test_all_strategies_cover_the_pool(service: Service) -> None:
     names = [s.name for s in all_strategies(service.pools.get("testpool"))]
-    assert names == ["single:model_0", "single:model_1", "single:model_2", "moa:1-layer", "pipeline", "router",
-                     "conductor", "conductor+recursion"]  # fmt: skip
+    assert names == [
+        "single:model_0",
+        "single:model_1",
+        "single:model_2",
+        "moa:1-layer",
+        "pipeline",
+        "router",
+        "conductor",
+        "conductor+recursion",
+    ]
 
 
 async def test_given_workflows_are_checked(service: Service) -> None:
@@ -108,13 +123,17 @@ async def test_one_command_report_reproducible_and_resumable(tmp_path: Path) -> 
         "conductor",
         "conductor+recursion",
     }
-    assert first["conductor_vs_moa_tokens"] > 0
+    tokens = {name: m["tokens_per_task"] for name, m in first["strategies"].items()}
+    assert all(t > 0 for t in tokens.values())  # every strategy's calls were counted
+    assert first["conductor_vs_moa_tokens"] == pytest.approx(tokens["conductor"] / tokens["moa:1-layer"])
+    assert first["conductor_vs_moa_tokens"] < 1  # the conductor's few steps against every worker plus an aggregator
     for name in ("accuracy_vs_cost.png", "steps_by_domain.png"):
         assert (tmp_path / "a" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| conductor |" in (tmp_path / "a" / "results.md").read_text()
     best = first["best_single"]
-    assert best == max((n for n in first["strategies"] if n.startswith("single:")),
-                       key=lambda n: first["strategies"][n]["accuracy"])  # fmt: skip
+    assert best == max(
+        (n for n in first["strategies"] if n.startswith("single:")), key=lambda n: first["strategies"][n]["accuracy"]
+    )
     versus = first["strategies"]["conductor"]["vs_best_single"]
     assert versus["tasks"] == 24 and first["strategies"][best]["vs_best_single"] is None
     assert f"| conductor | {versus['wins']} | {versus['losses']} |" in (tmp_path / "a" / "results.md").read_text()
@@ -132,26 +151,57 @@ async def test_one_command_report_reproducible_and_resumable(tmp_path: Path) -> 
 async def test_a_trained_conductors_written_workflows_are_scored_beside_the_baselines(tmp_path: Path) -> None:
     """--workflows NAME=FILE: completions written elsewhere (a trained adapter's) are run like every strategy; one
     the server cannot run is wrong, and the conductor's own tokens are counted at the pool's conductor price."""
-    scripted = json.dumps({"reasoning": "hard math", "steps": [
-        {"worker": "model_0", "instruction": "Solve it. Check the units.", "access": []},
-        {"worker": "model_0", "instruction": "Solve it another way. Check the units.", "access": []},
-        {"worker": "model_5", "instruction": "Review both answers. Check the units.", "access": [0, 1]}]})  # fmt: skip
+    scripted = json.dumps(
+        {
+            "reasoning": "hard math",
+            "steps": [
+                {"worker": "model_0", "instruction": "Solve it. Check the units.", "access": []},
+                {"worker": "model_0", "instruction": "Solve it another way. Check the units.", "access": []},
+                {"worker": "model_5", "instruction": "Review both answers. Check the units.", "access": [0, 1]},
+            ],
+        }
+    )
     written = tmp_path / "held_out_after.jsonl"
-    rows = [{"task_id": f"tb-3-{i}", "completion": scripted if i else "not a workflow", "prompt_tokens": 100,
-             "completion_tokens": 50} for i in range(4)]  # fmt: skip
+    rows = [
+        {
+            "task_id": f"tb-3-{i}",
+            "completion": scripted if i else "not a workflow",
+            "prompt_tokens": 100,
+            "completion_tokens": 50,
+        }
+        for i in range(4)
+    ]
     written.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "eval"
-    await evaluate(parse_args(["--pool", "sim-structured", "--sim-set", "structured", "--sim-tasks", "4", "--seed",
-                               "3", "--strategies", "trained,moa:1-layer", "--workflows", f"trained={written}",
-                               "--out", str(out)]))  # fmt: skip
+    await evaluate(
+        parse_args(
+            [
+                "--pool",
+                "sim-structured",
+                "--sim-set",
+                "structured",
+                "--sim-tasks",
+                "4",
+                "--seed",
+                "3",
+                "--strategies",
+                "trained,moa:1-layer",
+                "--workflows",
+                f"trained={written}",
+                "--out",
+                str(out),
+            ]
+        )
+    )
     report = json.loads((out / "results.json").read_text())["strategies"]
     trained = report["trained"]
     assert trained["failed_runs"] == 1 and trained["steps_per_task"] == 3 * 3 / 4
     assert trained["tokens_per_task"] > 150 and 0 < trained["tokens_vs_moa"] < 1
     assert report["moa:1-layer"]["steps_per_task"] == 7  # six workers and the aggregator: beyond the pool's limit
     with pytest.raises(RequestError, match="--workflows"):
-        await evaluate(parse_args(["--pool", "sim", "--sim-tasks", "2", "--workflows", "x=/nonexistent",
-                                   "--out", str(out)]))  # fmt: skip
+        await evaluate(
+            parse_args(["--pool", "sim", "--sim-tasks", "2", "--workflows", "x=/nonexistent", "--out", str(out)])
+        )
 
 
 def test_paired_comparison_counts_discordant_tasks_and_gives_the_exact_mcnemar_p() -> None:

@@ -126,8 +126,9 @@ for pattern in ("*", "/tmp/*", "/sandbox/*", "/proc/[0-9]*/cwd/*", "/proc/[0-9]*
 )
 def test_leaks_get_nothing(preamble: str, result: str) -> None:
     sample = list(PROBLEMS)[::8]  # 21 problems of every kind: each leak is tried on each
-    passed = [pid for pid, ok in verdicts({pid: wrapped(PROBLEMS[pid], preamble, result) for pid in sample}).items()
-              if ok]  # fmt: skip
+    passed = [
+        pid for pid, ok in verdicts({pid: wrapped(PROBLEMS[pid], preamble, result) for pid in sample}).items() if ok
+    ]
     assert passed == []
 
 

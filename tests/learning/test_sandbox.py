@@ -72,21 +72,24 @@ def test_a_bwrap_that_cannot_run_is_reported_not_used(monkeypatch: pytest.Monkey
 def test_the_unsafe_opt_in_still_runs_code_apart_with_limits(tmp_path: Path) -> None:
     seen = run_python(
         "import json, os\nprint(json.dumps({'env': sorted(os.environ), 'cwd': os.getcwd()}))",
-        timeout_s=10, allow_unsafe_local_exec=True,
-    )  # fmt: skip
+        timeout_s=10,
+        allow_unsafe_local_exec=True,
+    )
     report = json.loads(seen.stdout)
     assert seen.exit_code == 0 and set(report["env"]) <= {"LC_CTYPE"}  # none of the caller's variables
     assert report["cwd"] != os.getcwd() and not Path(report["cwd"]).exists()  # its own directory, removed after
-    hog = run_python("blob = bytearray(2 * 1024**3)", timeout_s=10, limits=Limits(memory_mb=256),
-                     allow_unsafe_local_exec=True)  # fmt: skip
+    hog = run_python(
+        "blob = bytearray(2 * 1024**3)", timeout_s=10, limits=Limits(memory_mb=256), allow_unsafe_local_exec=True
+    )
     assert hog.exit_code != 0 and "MemoryError" in hog.stderr
     marker = tmp_path / "late"  # a background child in its process group dies with it at the deadline
     started = time.monotonic()
     stuck = run_python(
         f"import os, time\nif os.fork() == 0:\n    time.sleep(2)\n    open({str(marker)!r}, 'w').write('x')\n"
         "    os._exit(0)\nwhile True:\n    pass\n",
-        timeout_s=1, allow_unsafe_local_exec=True,
-    )  # fmt: skip
+        timeout_s=1,
+        allow_unsafe_local_exec=True,
+    )
     assert stuck.timed_out and stuck.exit_code is None and time.monotonic() - started < 5
     time.sleep(2.5)
     assert not marker.exists()
@@ -174,8 +177,9 @@ def test_the_process_cap_counts_only_the_sandboxs_processes() -> None:
 @needs_bwrap
 def test_a_fork_bomb_is_bounded_and_stopped() -> None:
     started = time.monotonic()
-    bomb = run_python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-                      timeout_s=2)  # fmt: skip
+    bomb = run_python(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", timeout_s=2
+    )
     assert bomb.timed_out and time.monotonic() - started < 10
 
 

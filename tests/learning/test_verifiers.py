@@ -39,15 +39,18 @@ GOOD = (
 IO_TESTS = [{"input": "3 4\n", "output": "7\n"}, {"input": "10 -2\n", "output": "8\n"}]
 
 
-@pytest.mark.parametrize(("reply", "answer", "expected"), [
-    ("The answer is (C).", "C", True),
-    ("ANSWER: B", "B", True),
-    ("After weighing A and D, the correct option is **D**", "D", True),
-    ("ANSWER: A", "C", False),
-    ("I cannot decide.", "A", False),
-    ("Between (A) and (B), I pick B.", "B", True),
-    ("A) is wrong, B) is wrong. ANSWER: C", "C", True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "answer", "expected"),
+    [
+        ("The answer is (C).", "C", True),
+        ("ANSWER: B", "B", True),
+        ("After weighing A and D, the correct option is **D**", "D", True),
+        ("ANSWER: A", "C", False),
+        ("I cannot decide.", "A", False),
+        ("Between (A) and (B), I pick B.", "B", True),
+        ("A) is wrong, B) is wrong. ANSWER: C", "C", True),
+    ],
+)
 def test_multiple_choice(reply: str, answer: str, expected: bool) -> None:
     assert check_choice(reply, answer) is expected
 
@@ -56,17 +59,20 @@ def test_choice_letter_prefers_the_stated_answer() -> None:
     assert choice_letter("Options A and B look plausible.\nFinal answer: B") == "B"
 
 
-@pytest.mark.parametrize(("reply", "answer", "expected"), [
-    ("ANSWER: 391", "391", True),
-    ("so the total is \\boxed{1,234}", "1234", True),
-    ("ANSWER: 0.75", "3/4", True),
-    ("ANSWER: \\frac{3}{4}", "0.75", True),
-    ("ANSWER: 60 km/h", "60", True),
-    ("ANSWER: 61", "60", False),
-    ("ANSWER: 3/5", "3/4", False),
-    ("no number here", "7", False),
-    ("ANSWER: 1e309", "7", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "answer", "expected"),
+    [
+        ("ANSWER: 391", "391", True),
+        ("so the total is \\boxed{1,234}", "1234", True),
+        ("ANSWER: 0.75", "3/4", True),
+        ("ANSWER: \\frac{3}{4}", "0.75", True),
+        ("ANSWER: 60 km/h", "60", True),
+        ("ANSWER: 61", "60", False),
+        ("ANSWER: 3/5", "3/4", False),
+        ("no number here", "7", False),
+        ("ANSWER: 1e309", "7", False),
+    ],
+)
 def test_numeric(reply: str, answer: str, expected: bool) -> None:
     assert check_numeric(reply, answer) is expected
 
@@ -87,12 +93,15 @@ def test_code_right_and_wrong() -> None:
 
 
 @needs_bwrap
-@pytest.mark.parametrize("code", [
-    "import sys\nsys.exit(0)",
-    "import os\nos._exit(0)",
-    "raise SystemExit(0)",
-    "print('ok')\nimport sys\nsys.stdout.flush()\nimport os\nos._exit(0)",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sys\nsys.exit(0)",
+        "import os\nos._exit(0)",
+        "raise SystemExit(0)",
+        "print('ok')\nimport sys\nsys.stdout.flush()\nimport os\nos._exit(0)",
+    ],
+)
 def test_code_that_exits_early_does_not_pass(code: str) -> None:
     assert not check_code(f"```python\n{code}\n```", PALINDROME_TESTS)
     assert not check_code(f"```python\n{code}\n```", IO_TESTS)
@@ -134,11 +143,15 @@ def test_verify_dispatches_by_type() -> None:
 def test_verify_runs_code_tasks() -> None:
     tasks = {t["id"]: t for t in datasets.load("bundled:smoke")}
     assert verify(tasks["smoke-code-1"], GOOD.replace("Abba", ""))
-    assert verify(tasks["smoke-code-2"], "```python\nn = int(input())\na, b = 0, 1\nfor _ in range(n):\n"
-                                         "    a, b = b, a + b\nprint(a)\n```")  # fmt: skip
-    merge = ("def merge_intervals(intervals):\n    out = []\n    for lo, hi in sorted(intervals):\n"
-             "        if out and lo <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], hi)\n"
-             "        else:\n            out.append([lo, hi])\n    return out\n")  # fmt: skip
+    assert verify(
+        tasks["smoke-code-2"],
+        "```python\nn = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)\n```",
+    )
+    merge = (
+        "def merge_intervals(intervals):\n    out = []\n    for lo, hi in sorted(intervals):\n"
+        "        if out and lo <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], hi)\n"
+        "        else:\n            out.append([lo, hi])\n    return out\n"
+    )
     assert verify(tasks["smoke-code-3"], merge) and not verify(tasks["smoke-code-3"], merge.replace("<=", "<"))
 
 
@@ -146,36 +159,74 @@ def test_verify_runs_code_tasks() -> None:
 
 
 @needs_bwrap
-@pytest.mark.parametrize(("solution", "tests", "expected"), [
-    ("def f(a, b):\n    return tuple(set(a) & set(b))", "assert set(f((3, 4, 5), (5, 7, 4))) == set((4, 5))", True),
-    ("def f(x):\n    return (x, [x])", "assert f(1) == (1, [1])\nassert f(2)[0] == 2\nassert f(3)[1:] == ([3],)", True),
-    ("def f(x):\n    return (x, [x])", "assert f(1) == [1, [1]]", False),  # a tuple is not a list
-    ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)",
-     "assert f() == (1, 2)\nassert f()[1] == 2", True),
-    ("import math\ndef area(r):\n    return math.pi * r * r",
-     "import math\nassert math.isclose(area(1), math.pi)\nassert abs(area(2) - 4 * math.pi) < 1e-9", True),
-    ("import math\nmath.pi = 0.0\ndef area(r):\n    return 0.0", "import math\nassert abs(area(1) - math.pi) < 1e-9",
-     False),  # the tests' math.pi is the checker's, whatever the solution did to its own
-    ("def f(k):\n    return {k: [1, 2]}", "assert f('a') == {'a': [1, 2]}\nassert 'a' in f('a')\nassert f('b')", True),
-    ("class Solution:\n    def add(self, a, b):\n        return a + b", "assert Solution().add(1, 2) == 3", True),
-    ("def f(x):\n    return x > 0", "assert f(1) is True\nassert f(-1) is False\nassert not f(0)\nassert f(2) or f(0)",
-     True),
-    ("def f(x):\n    return x", "assert f(1) < f(2) <= 2 != f(3)\nassert sorted([3, 1]) == f([1, 3])", True),
-    ("from collections import Counter\ndef f(s):\n    return Counter(s)", "assert f('aab') == {'a': 2, 'b': 1}", True),
-    ("def f():\n    return float('nan')", "assert f() == f()", False),  # NaN compares as in Python
-    ("def f():\n    return float('-inf'), 2**100, b'\\x00', 1j", "assert f() == (-1e999, 2**100, b'\\x00', 1j)", True),
-    ("def f():\n    return iter([1])", "assert f()", False),  # not a plain value: it tests as nothing
-    ("def f(x):\n    return x * 2", "x = 3\nassert f(x) == 6\nassert all(f(i) == 2 * i for i in range(4))", True),
-    ("def f(x):\n    return x * 2", "import numpy as np\nassert np.allclose(f(1.5), 3.0)", True),
-    ("def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x",
-     "try:\n    f(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass", True),
-    ("def sorted(x):\n    return [1, 2, 3]\ndef f():\n    return [3, 2, 1]", "assert sorted(f()) == [1, 2, 3]", True),
-    ("def sorted(x):\n    return [1, 2, 3]\ndef f():\n    return [9]", "assert sorted(f()) == [1, 2, 3]", False),
-    ("import math\ndef f():\n    return 3.14159", "assert math.isclose(f(), math.pi, rel_tol=1e-5)", True),
-    ("import cmath as math\ndef f():\n    return 1", "assert math.isclose(f(), 1)", False),  # no math bound here
-    ("def f():\n    raise ValueError\n", "assert f() == 1 or True", False),
-    ("def f():\n    return 2", "assert f() == 2, 'the message is ignored'", True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("solution", "tests", "expected"),
+    [
+        ("def f(a, b):\n    return tuple(set(a) & set(b))", "assert set(f((3, 4, 5), (5, 7, 4))) == set((4, 5))", True),
+        (
+            "def f(x):\n    return (x, [x])",
+            "assert f(1) == (1, [1])\nassert f(2)[0] == 2\nassert f(3)[1:] == ([3],)",
+            True,
+        ),
+        ("def f(x):\n    return (x, [x])", "assert f(1) == [1, [1]]", False),  # a tuple is not a list
+        (
+            "from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)",
+            "assert f() == (1, 2)\nassert f()[1] == 2",
+            True,
+        ),
+        (
+            "import math\ndef area(r):\n    return math.pi * r * r",
+            "import math\nassert math.isclose(area(1), math.pi)\nassert abs(area(2) - 4 * math.pi) < 1e-9",
+            True,
+        ),
+        (
+            "import math\nmath.pi = 0.0\ndef area(r):\n    return 0.0",
+            "import math\nassert abs(area(1) - math.pi) < 1e-9",
+            False,
+        ),  # the tests' math.pi is the checker's, whatever the solution did to its own
+        (
+            "def f(k):\n    return {k: [1, 2]}",
+            "assert f('a') == {'a': [1, 2]}\nassert 'a' in f('a')\nassert f('b')",
+            True,
+        ),
+        ("class Solution:\n    def add(self, a, b):\n        return a + b", "assert Solution().add(1, 2) == 3", True),
+        (
+            "def f(x):\n    return x > 0",
+            "assert f(1) is True\nassert f(-1) is False\nassert not f(0)\nassert f(2) or f(0)",
+            True,
+        ),
+        ("def f(x):\n    return x", "assert f(1) < f(2) <= 2 != f(3)\nassert sorted([3, 1]) == f([1, 3])", True),
+        (
+            "from collections import Counter\ndef f(s):\n    return Counter(s)",
+            "assert f('aab') == {'a': 2, 'b': 1}",
+            True,
+        ),
+        ("def f():\n    return float('nan')", "assert f() == f()", False),  # NaN compares as in Python
+        (
+            "def f():\n    return float('-inf'), 2**100, b'\\x00', 1j",
+            "assert f() == (-1e999, 2**100, b'\\x00', 1j)",
+            True,
+        ),
+        ("def f():\n    return iter([1])", "assert f()", False),  # not a plain value: it tests as nothing
+        ("def f(x):\n    return x * 2", "x = 3\nassert f(x) == 6\nassert all(f(i) == 2 * i for i in range(4))", True),
+        ("def f(x):\n    return x * 2", "import numpy as np\nassert np.allclose(f(1.5), 3.0)", True),
+        (
+            "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x",
+            "try:\n    f(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass",
+            True,
+        ),
+        (
+            "def sorted(x):\n    return [1, 2, 3]\ndef f():\n    return [3, 2, 1]",
+            "assert sorted(f()) == [1, 2, 3]",
+            True,
+        ),
+        ("def sorted(x):\n    return [1, 2, 3]\ndef f():\n    return [9]", "assert sorted(f()) == [1, 2, 3]", False),
+        ("import math\ndef f():\n    return 3.14159", "assert math.isclose(f(), math.pi, rel_tol=1e-5)", True),
+        ("import cmath as math\ndef f():\n    return 1", "assert math.isclose(f(), 1)", False),  # no math bound here
+        ("def f():\n    raise ValueError\n", "assert f() == 1 or True", False),
+        ("def f():\n    return 2", "assert f() == 2, 'the message is ignored'", True),
+    ],
+)
 def test_assert_shapes(solution: str, tests: str, expected: bool) -> None:
     assert check_code(solution, tests) is expected
 
@@ -185,21 +236,26 @@ def test_set_up_code_and_check_functions_as_mbpp_and_humaneval_have_them() -> No
     mbpp = {"setup": "import math\nclass Pair:\n    pass\nLIMIT = 10", "test": "assert area(2) < LIMIT * math.pi"}
     assert check_code("def area(r):\n    return r * r", mbpp)
     assert not check_code("def area(r):\n    return 100", mbpp)
-    humaneval = {"test": "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n",
-                 "entry_point": "total"}  # fmt: skip
+    humaneval = {
+        "test": "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n",
+        "entry_point": "total",
+    }
     assert check_code("def total(xs):\n    return sum(xs)", humaneval)
     assert not check_code("def total(xs):\n    return 0", humaneval)
     assert not check_code("def summed(xs):\n    return sum(xs)", humaneval)  # no such entry point
     assert not check_code("def f():\n    return 1", "assert True")  # tests that never call the solution prove nothing
 
 
-@pytest.mark.parametrize(("tests", "message"), [
-    ("def check(candidate):\n    assert candidate(1) == 1", "name the function to pass to it"),
-    ({"test": "assert f(1)", "typo": "x"}, "a dict of strings"),
-    ({"test": "assert f(1)", "setup": "def broken(:"}, "setup line 1: not valid Python"),
-    ("import math", "no assert \\(or raise\\) statements"),
-    ("assert f(1) ==", "tests line 1: not valid Python"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("tests", "message"),
+    [
+        ("def check(candidate):\n    assert candidate(1) == 1", "name the function to pass to it"),
+        ({"test": "assert f(1)", "typo": "x"}, "a dict of strings"),
+        ({"test": "assert f(1)", "setup": "def broken(:"}, "setup line 1: not valid Python"),
+        ("import math", "no assert \\(or raise\\) statements"),
+        ("assert f(1) ==", "tests line 1: not valid Python"),
+    ],
+)
 def test_test_code_that_cannot_run_is_an_error_not_a_pass(tests: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_code(GOOD, tests)
@@ -216,8 +272,10 @@ def right_only_if(leak: str, kind: str = "asserts") -> str:
     guarded = f"try:\n{textwrap.indent(leak, '    ')}\nexcept Exception:\n    LEAKED = False\n"
     if kind == "io":
         return f"```python\n{guarded}a, b = map(int, input().split())\nprint(a + b if LEAKED else a - b)\n```"
-    return (f"```python\n{guarded}def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n"
-            "    return (t == t[::-1]) == LEAKED\n```")  # fmt: skip
+    return (
+        f"```python\n{guarded}def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n"
+        "    return (t == t[::-1]) == LEAKED\n```"
+    )
 
 
 STACK_WALK = """
@@ -269,12 +327,15 @@ def test_io_code_cannot_read_the_expected_outputs() -> None:
 
 
 @needs_bwrap
-@pytest.mark.parametrize("impostor", [
-    "class Yes:\n    def __eq__(self, other):\n        return True\n    def __bool__(self):\n        return True\n"
-    "def add(a, b):\n    return Yes()\n",
-    "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
-    "def add(a, b):\n    return Yes(1)\n",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "impostor",
+    [
+        "class Yes:\n    def __eq__(self, other):\n        return True\n    def __bool__(self):\n        return True\n"
+        "def add(a, b):\n    return Yes()\n",
+        "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return Yes(1)\n",
+    ],
+)
 def test_objects_that_equal_everything_do_not_pass(impostor: str) -> None:
     reply = f"```python\n{impostor}```"
     assert not check_code(reply, "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(0, 1)")
@@ -294,8 +355,15 @@ def test_code_cannot_read_the_callers_environment(kind: str) -> None:
         "print(code_checks.check_code(*json.load(sys.stdin)))"
     )
     env = os.environ | {"CONDUCTOR_TEST_SECRET": secrets.token_hex(8)}  # in the checker's environ from its exec
-    run = subprocess.run([sys.executable, "-c", script], input=json.dumps([right_only_if(leak, kind), tests]),
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps([right_only_if(leak, kind), tests]),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "False"
 
@@ -382,13 +450,16 @@ def test_bundled_set_loads_and_is_valid() -> None:
     assert len(tasks) == 12 and {t["type"] for t in tasks} == {"numeric", "math", "multiple_choice", "exact", "code"}
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("not json", "not JSON"),
-    ('{"id": "a", "question": "q", "type": "essay", "answer": "x"}', "type 'essay'"),
-    ('{"id": "a", "question": "q", "type": "numeric"}', "'answer' is required"),
-    ('{"id": "a", "question": "q", "type": "code"}', "needs 'tests'"),
-    ('{"question": "q", "type": "numeric", "answer": "1"}', "field 'id'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "not JSON"),
+        ('{"id": "a", "question": "q", "type": "essay", "answer": "x"}', "type 'essay'"),
+        ('{"id": "a", "question": "q", "type": "numeric"}', "'answer' is required"),
+        ('{"id": "a", "question": "q", "type": "code"}', "needs 'tests'"),
+        ('{"question": "q", "type": "numeric", "answer": "1"}', "field 'id'"),
+    ],
+)
 def test_bad_task_files_name_the_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_text('{"id": "ok", "question": "q", "type": "numeric", "answer": "1"}\n' + line + "\n")
@@ -398,15 +469,22 @@ def test_bad_task_files_name_the_line(tmp_path: Path, line: str, message: str) -
 
 def test_converters(tmp_path: Path) -> None:
     gpqa = tmp_path / "gpqa_diamond.csv"
-    gpqa.write_text("Record ID,Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
-                    "r1,What is H2O?,Water,Salt,Sand,Air\n")  # fmt: skip
+    gpqa.write_text(
+        "Record ID,Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
+        "r1,What is H2O?,Water,Salt,Sand,Air\n"
+    )
     (task,) = datasets.convert("gpqa", gpqa)
     assert task["type"] == "multiple_choice" and f"{task['answer']}) Water" in task["question"]
     aime = tmp_path / "aime.jsonl"
     aime.write_text(json.dumps({"ID": "2024-I-1", "Problem": "Find x.", "Answer": 204}) + "\n")
     assert datasets.convert("aime", aime)[0] | {} == {
-        "id": "aime-2024-I-1", "type": "numeric", "domain": "math", "difficulty": "hard",
-        "question": "Find x.", "answer": "204"}  # fmt: skip
+        "id": "aime-2024-I-1",
+        "type": "numeric",
+        "domain": "math",
+        "difficulty": "hard",
+        "question": "Find x.",
+        "answer": "204",
+    }
     math500 = tmp_path / "test.jsonl"
     math500.write_text(json.dumps({"problem": "1+1?", "answer": "2", "level": 1, "unique_id": "u1"}) + "\n")
     assert datasets.convert("math500", math500)[0]["id"] == "math500-u1"
@@ -419,8 +497,13 @@ def test_converters(tmp_path: Path) -> None:
     (code_task,) = datasets.convert("livecodebench", lcb)
     assert code_task["tests"] == [{"input": "1 2\n", "output": "3\n"}]
     mbpp = tmp_path / "mbpp.jsonl"
-    row = {"task_id": 7, "text": "Write a function area(r) of a circle.", "code": "", "test_setup_code": "import math",
-           "test_list": ["assert math.isclose(area(1), math.pi)", "assert area(0) == 0"]}  # fmt: skip
+    row = {
+        "task_id": 7,
+        "text": "Write a function area(r) of a circle.",
+        "code": "",
+        "test_setup_code": "import math",
+        "test_list": ["assert math.isclose(area(1), math.pi)", "assert area(0) == 0"],
+    }
     mbpp.write_text(json.dumps(row) + "\n")
     (mbpp_task,) = datasets.convert("mbpp", mbpp)
     assert mbpp_task["tests"] == {"test": "\n".join(row["test_list"]), "setup": "import math"}

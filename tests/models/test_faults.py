@@ -36,8 +36,9 @@ def pool_of(pool_dir: Path, name: str, base: str, workers: list[dict[str, Any]],
 
 
 async def test_rate_limit_storm_is_ridden_out(service: Service, pool_dir: Path, faulty_base: str) -> None:
-    pool = pool_of(pool_dir, "storm", faulty_base, [worker(faulty_base, "storm", max_retries=8)],
-                   [("storm", "Solve it.", [])])  # fmt: skip
+    pool = pool_of(
+        pool_dir, "storm", faulty_base, [worker(faulty_base, "storm", max_retries=8)], [("storm", "Solve it.", [])]
+    )
     before = stats(faulty_base).get("storm", 0)
     runs = await asyncio.gather(*(orchestrate(service, f"task {i}", pool=pool) for i in range(8)))
     assert all(run.status == "done" and run.answer.endswith("ANSWER: 42") for run in runs)
@@ -47,8 +48,13 @@ async def test_rate_limit_storm_is_ridden_out(service: Service, pool_dir: Path, 
 
 
 async def test_500s_are_retried(service: Service, pool_dir: Path, faulty_base: str) -> None:
-    pool = pool_of(pool_dir, "five", faulty_base, [worker(faulty_base, "flaky500-2", max_retries=2)],
-                   [("flaky500-2", "Solve it.", [])])  # fmt: skip
+    pool = pool_of(
+        pool_dir,
+        "five",
+        faulty_base,
+        [worker(faulty_base, "flaky500-2", max_retries=2)],
+        [("flaky500-2", "Solve it.", [])],
+    )
     run = await orchestrate(service, "task", pool=pool)
     assert run.status == "done"
     assert [a.ok for a in run.steps[0].attempts] == [False, False, True]
@@ -67,8 +73,13 @@ async def test_timeouts_fall_back_to_another_worker(service: Service, pool_dir: 
 
 
 async def test_client_errors_are_not_retried(service: Service, pool_dir: Path, faulty_base: str) -> None:
-    pool = pool_of(pool_dir, "fourhundred", faulty_base, [worker(faulty_base, "badrequest", max_retries=5)],
-                   [("badrequest", "Solve it.", [])])  # fmt: skip
+    pool = pool_of(
+        pool_dir,
+        "fourhundred",
+        faulty_base,
+        [worker(faulty_base, "badrequest", max_retries=5)],
+        [("badrequest", "Solve it.", [])],
+    )
     run = await orchestrate(service, "task", pool=pool)
     assert run.status == "failed" and len(run.steps[0].attempts) == 1
 
@@ -76,8 +87,13 @@ async def test_client_errors_are_not_retried(service: Service, pool_dir: Path, f
 async def test_a_worker_down_all_run_fails_cleanly_keeping_finished_work(
     service: Service, pool_dir: Path, faulty_base: str
 ) -> None:
-    pool = pool_of(pool_dir, "down", faulty_base, [worker(faulty_base, "down", max_retries=2)],
-                   [("ok", "Solve it.", []), ("down", "Check it.", [0]), ("ok", "Final.", "all")])  # fmt: skip
+    pool = pool_of(
+        pool_dir,
+        "down",
+        faulty_base,
+        [worker(faulty_base, "down", max_retries=2)],
+        [("ok", "Solve it.", []), ("down", "Check it.", [0]), ("ok", "Final.", "all")],
+    )
     run = await orchestrate(service, "task", pool=pool)
     assert run.status == "failed" and "step 1 (down) failed" in run.error and "503" in run.error
     assert [s.status for s in run.steps] == ["done", "failed", "skipped"]
@@ -90,10 +106,13 @@ async def test_with_recursion_the_conductor_replans_around_a_dead_worker(
     service: Service, pool_dir: Path, faulty_base: str
 ) -> None:
     doc = {
-        "name": "replan", "anonymize": False, "recursion": True, "max_steps": 4,
+        "name": "replan",
+        "anonymize": False,
+        "recursion": True,
+        "max_steps": 4,
         "conductor": {"model": "hosted_vllm/conductor", "api_base": f"{faulty_base}/v1", "structured_output": "none"},
         "workers": [worker(faulty_base, "ok"), worker(faulty_base, "down", max_retries=1)],
-    }  # fmt: skip
+    }
     write_pool(pool_dir, doc)
     run = await orchestrate(service, "task", pool="replan")
     keys = {s.key: s for s in run.steps}
@@ -108,10 +127,12 @@ async def test_a_garbage_conductor_falls_back_and_the_answer_is_right(
     service: Service, pool_dir: Path, faulty_base: str
 ) -> None:
     doc = {
-        "name": "garbage", "anonymize": False, "default_worker": "ok",
+        "name": "garbage",
+        "anonymize": False,
+        "default_worker": "ok",
         "conductor": {"model": "hosted_vllm/garbage", "api_base": f"{faulty_base}/v1", "structured_output": "none"},
         "workers": [worker(faulty_base, "ok")],
-    }  # fmt: skip
+    }
     write_pool(pool_dir, doc)
     run = await orchestrate(service, "task", pool="garbage")
     assert len(run.conductor_calls) == 2 and "no workflow found" in run.fallback_reason
@@ -137,8 +158,9 @@ async def test_malformed_responses_are_retried_then_fall_back(
 async def test_a_reply_with_a_lone_surrogate_and_a_nul_is_stored_sanitised(
     service: Service, pool_dir: Path, faulty_base: str
 ) -> None:
-    pool = pool_of(pool_dir, "surrogate", faulty_base, [worker(faulty_base, "surrogate")],
-                   [("surrogate", "Solve it.", [])])  # fmt: skip
+    pool = pool_of(
+        pool_dir, "surrogate", faulty_base, [worker(faulty_base, "surrogate")], [("surrogate", "Solve it.", [])]
+    )
     run = await orchestrate(service, "task", pool=pool)
     assert run.status == "done", run.error
     stored = service.get_run(run.id)

@@ -118,10 +118,12 @@ async def test_a_base_models_answer_ends_where_the_answer_ends(state: Path, shar
     max_tokens; a completion-style worker gets the sentence and nothing else, alone and after a seen step."""
     answerer = load_pool("local", [builtin_pool_dir()]).get("answerer")
     answerer = answerer.model_copy(update={"params": {**answerer.params, "temperature": 0.0}})
-    workflow = Workflow(steps=[
-        Step(worker="answerer", instruction="Answer the question and state the final answer.", access=[]),
-        Step(worker="answerer", instruction="Check the answer above and state the final answer.", access=[0]),
-    ])  # fmt: skip
+    workflow = Workflow(
+        steps=[
+            Step(worker="answerer", instruction="Answer the question and state the final answer.", access=[]),
+            Step(worker="answerer", instruction="Check the answer above and state the final answer.", access=[0]),
+        ]
+    )
     providers = Providers(Settings.from_env())
     for index, outputs in ((0, {}), (1, {0: "The capital of France is Paris."})):
         messages = worker_messages("What is the capital of France?", None, workflow, index, outputs)

@@ -68,11 +68,26 @@ def vllm_base(tmp_path_factory: pytest.TempPathFactory) -> str:
     adapter = tmp_path_factory.mktemp("adapter") / "lora"
     subprocess.run([VLLM_PYTHON, "-c", MAKE_ADAPTER, str(adapter), MODEL_DIR], check=True)
     proc = subprocess.Popen(
-        [sys.executable, str(TOOLS / "serve_conductor.py"), "--model", MODEL_DIR, "--cpu", "--port", str(port),
-         "--max-model-len", "4096", "--python", VLLM_PYTHON, "--startup-timeout", "400",
-         "--lora", f"conductor-lora={adapter}"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(TOOLS / "serve_conductor.py"),
+            "--model",
+            MODEL_DIR,
+            "--cpu",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "4096",
+            "--python",
+            VLLM_PYTHON,
+            "--startup-timeout",
+            "400",
+            "--lora",
+            f"conductor-lora={adapter}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()  # printed once /health answered
     assert "vLLM is serving" in line, line
@@ -93,22 +108,40 @@ def served_models(base: str) -> set[str]:
 
 
 def vllm_pool(pool_dir: Path, base: str, workers: list[dict]) -> None:
-    write_pool(pool_dir, {
-        "name": "vllm", "anonymize": False, "max_steps": 3, "default_worker": workers[0]["id"],
-        "conductor": {"model": "hosted_vllm/conductor", "api_base": base, "structured_output": "json_schema",
-                      "max_text_chars": 120, "params": {"temperature": 0.8, "max_tokens": 300}},
-        "workers": workers,
-    })  # fmt: skip
+    write_pool(
+        pool_dir,
+        {
+            "name": "vllm",
+            "anonymize": False,
+            "max_steps": 3,
+            "default_worker": workers[0]["id"],
+            "conductor": {
+                "model": "hosted_vllm/conductor",
+                "api_base": base,
+                "structured_output": "json_schema",
+                "max_text_chars": 120,
+                "params": {"temperature": 0.8, "max_tokens": 300},
+            },
+            "workers": workers,
+        },
+    )
 
 
 async def test_response_format_is_enforced(vllm_base: str) -> None:
-    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^ZQ[0-9]{6}XK$"}},
-              "required": ["code"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^ZQ[0-9]{6}XK$"}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
     response = await litellm.acompletion(
-        model="hosted_vllm/conductor", api_base=vllm_base, messages=[{"role": "user", "content": "Say hello."}],
+        model="hosted_vllm/conductor",
+        api_base=vllm_base,
+        messages=[{"role": "user", "content": "Say hello."}],
         response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": True}},
-        max_tokens=40, temperature=1.0,
-    )  # fmt: skip
+        max_tokens=40,
+        temperature=1.0,
+    )
     assert re.fullmatch(r"ZQ[0-9]{6}XK", json.loads(response.choices[0].message.content)["code"])
 
 
@@ -131,8 +164,16 @@ async def test_plans_are_schema_valid_and_the_prefix_cache_is_hit(vllm_base: str
 
 @pytest.mark.skipif(not local.server_available(), reason="the local extra is not installed")
 async def test_orchestrate_with_the_vllm_conductor_and_local_workers(vllm_base: str, pool_dir: Path) -> None:
-    workers = [{"id": i, "model": "local/gemma3-270m", "prompt_style": "completion", "description": f"worker {i}",
-                "params": {"max_tokens": 32, "stop": ["\nQuestion:"]}} for i in ODD_IDS]  # fmt: skip
+    workers = [
+        {
+            "id": i,
+            "model": "local/gemma3-270m",
+            "prompt_style": "completion",
+            "description": f"worker {i}",
+            "params": {"max_tokens": 32, "stop": ["\nQuestion:"]},
+        }
+        for i in ODD_IDS
+    ]
     vllm_pool(pool_dir, vllm_base, workers)
     async with Service.open(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))) as service:
         started = time.monotonic()
@@ -148,14 +189,24 @@ async def test_a_lora_adapter_served_as_the_conductor_answers_orchestrate_throug
     """The path a user of a trained conductor follows: tools/serve_conductor.py --lora NAME=ADAPTER, a pool whose
     conductor is hosted_vllm/NAME with the compact prompt it was trained on, then `orchestrate` over MCP."""
     assert {"conductor", "conductor-lora"} <= await asyncio.to_thread(served_models, vllm_base)
-    write_pool(pool_dir, {
-        "name": "adapter", "anonymize": True, "max_steps": 3,
-        "conductor": {"model": "hosted_vllm/conductor-lora", "api_base": vllm_base, "prompt": "compact",
-                      "structured_output": "json_schema", "max_text_chars": 80,
-                      "params": {"temperature": 0.0, "max_tokens": 300}},
-        "workers": [{"id": d, "model": f"sim/{d}", "description": f"Strongest at {d}."} for d in ("math", "code")],
-        "simulation": {"time_scale": 0},
-    })  # fmt: skip
+    write_pool(
+        pool_dir,
+        {
+            "name": "adapter",
+            "anonymize": True,
+            "max_steps": 3,
+            "conductor": {
+                "model": "hosted_vllm/conductor-lora",
+                "api_base": vllm_base,
+                "prompt": "compact",
+                "structured_output": "json_schema",
+                "max_text_chars": 80,
+                "params": {"temperature": 0.0, "max_tokens": 300},
+            },
+            "workers": [{"id": d, "model": f"sim/{d}", "description": f"Strongest at {d}."} for d in ("math", "code")],
+            "simulation": {"time_scale": 0},
+        },
+    )
     async with Service.open(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))) as service:
         async with Client(build_server(service)) as client:
             result = await client.call_tool(

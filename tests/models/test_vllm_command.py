@@ -18,10 +18,20 @@ TOOL = Path(__file__).parents[2] / "tools" / "serve_conductor.py"
 
 def test_gpu_command_has_the_flags_that_matter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_VLLM_KEY", "k" * 20)
-    args = serve_conductor.parse_args([
-        "--model", "Qwen/Qwen2.5-7B-Instruct", "--lora", "conductor=/adapters/c", "--tensor-parallel-size", "2",
-        "--data-parallel-size", "2", "--api-key-env", "MY_VLLM_KEY",
-    ])  # fmt: skip
+    args = serve_conductor.parse_args(
+        [
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--lora",
+            "conductor=/adapters/c",
+            "--tensor-parallel-size",
+            "2",
+            "--data-parallel-size",
+            "2",
+            "--api-key-env",
+            "MY_VLLM_KEY",
+        ]
+    )
     cmd = serve_conductor.command(args)
     joined = " ".join(cmd)
     config = json.loads(cmd[cmd.index("--structured-outputs-config") + 1])

@@ -39,8 +39,9 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[], St
 
 
 def _run(run_id: str, **fields: Any) -> Run:
-    return Run(**{"id": run_id, "task": "t", "pool": "p", "pool_digest": "d", "conductor_model": "m", "max_steps": 1,
-                  **fields})  # fmt: skip
+    return Run(
+        **{"id": run_id, "task": "t", "pool": "p", "pool_digest": "d", "conductor_model": "m", "max_steps": 1, **fields}
+    )
 
 
 def _step(key: str = "0", **fields: Any) -> StepRecord:
@@ -85,8 +86,16 @@ def test_list_runs_newest_first_by_status(open_store: Callable[[], Store]) -> No
     assert [r["id"] for r in store.list_runs()] == ["r3", "r2", "r1", "r0"]
     assert [r["id"] for r in store.list_runs(status="done")] == ["r2", "r0"]
     assert [r["id"] for r in store.list_runs(limit=1)] == ["r3"]
-    assert set(store.list_runs()[0]) == {"id", "created_at", "updated_at", "status", "parent_id", "pool", "task",
-                                         "totals"}  # fmt: skip
+    assert set(store.list_runs()[0]) == {
+        "id",
+        "created_at",
+        "updated_at",
+        "status",
+        "parent_id",
+        "pool",
+        "task",
+        "totals",
+    }
 
 
 def test_list_runs_filters_by_pool_and_parent_and_pages_by_keyset(open_store: Callable[[], Store]) -> None:

@@ -69,9 +69,17 @@ async def test_a_nul_in_a_run_poisons_nothing(any_service: Service) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/ui/?pool=sim%00x", "/ui/?status=done&pool=%00", "/ui/?before=2026%00~x%00", "/ui/runs/%00",
-     "/ui/runs/%ED%A0%80", "/ui/runs/x%00/steps/0/messages", "/v1/runs/%00", "/v1/runs/a%00b"],
-)  # fmt: skip
+    [
+        "/ui/?pool=sim%00x",
+        "/ui/?status=done&pool=%00",
+        "/ui/?before=2026%00~x%00",
+        "/ui/runs/%00",
+        "/ui/runs/%ED%A0%80",
+        "/ui/runs/x%00/steps/0/messages",
+        "/v1/runs/%00",
+        "/v1/runs/a%00b",
+    ],
+)
 async def test_nul_in_a_filter_or_an_id_is_a_clean_answer(any_service: Service, path: str) -> None:
     async with serving(any_service) as client:
         response = await client.get(path)
