@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
-from conductor_mcp.core.records import Run, ToolResult, now
+from conductor_mcp.core.records import Run, ToolResult, new_run_id, now
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
@@ -51,11 +50,6 @@ if TYPE_CHECKING:
     from conductor_mcp.runs.postgres_live import ProgressBus
 
 log = get_logger(__name__)
-
-
-def new_run_id() -> str:
-    """Random, not sequential: one user's run ids tell nothing about another's."""
-    return secrets.token_hex(8)
 
 
 class Service(RunReader):
@@ -111,6 +105,7 @@ class Service(RunReader):
         if self._bus is not None:
             await self._bus.close()
         await anyio.to_thread.run_sync(self.telemetry.close)  # the spans of the runs just interrupted, sent
+        await self.providers.aclose()
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
