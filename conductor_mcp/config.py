@@ -75,6 +75,11 @@ class Settings(BaseSettings):
         repr=False,
     )
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
+    workspace_dir: Path | None = Field(
+        default=None, description="where agent workspaces live (outside /tmp for Codex); unset: state_dir/workspaces"
+    )
+    max_agents: int = Field(default=4, ge=1, description="agent and tool-using steps running at once, in all runs")
+    workspace_disk_gib: float = Field(default=20.0, gt=0, description="disk all workspaces may take together, GiB")
 
     @field_validator("pool_path", "roots", mode="before")
     @classmethod
@@ -124,6 +129,10 @@ class Settings(BaseSettings):
         return list(self.roots) or [Path.cwd()]
 
     @property
+    def workspace_root(self) -> Path:
+        return (self.workspace_dir or self.state_dir / "workspaces").expanduser()
+
+    @property
     def db_path(self) -> Path:
         return self.state_dir / "runs.sqlite3"
 
@@ -131,6 +140,11 @@ class Settings(BaseSettings):
     def http_token_file(self) -> Path:
         """Where `serve --http` keeps the token it made when CONDUCTOR_HTTP_TOKEN is unset (0600)."""
         return self.state_dir / "http-token"
+
+    @property
+    def tokens_file(self) -> Path:
+        """The named tokens (`conductor-mcp tokens`), hashed, 0600 (conductor_mcp/tokens.py)."""
+        return self.state_dir / "tokens.json"
 
     def with_pool_dirs_first(self, *directories: Path) -> Settings:
         """These settings with more pool directories searched first (tests, embedding applications)."""

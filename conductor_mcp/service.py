@@ -1,10 +1,9 @@
 """The service: one lifespan that owns every run it starts. Plan, start, follow, continue and cancel runs.
 
-`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL)
-joins the replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the
-block cancels and awaits them all (runs still executing are recorded as interrupted, for any later process to
-resume). Requests arrive validated (`RunRequest`); every state change of a run is written to the store before
-the caller hears of it, so nothing already computed is lost.
+`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL) joins the
+replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the block cancels
+and awaits them all (runs still executing are recorded as interrupted, for a later process to resume). Requests arrive
+validated (`RunRequest`); every change of a run is stored before the caller hears of it, so nothing computed is lost.
 """
 
 from __future__ import annotations
@@ -13,15 +12,17 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import anyio
 
+from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
+from conductor_mcp.core.choice import allowed_ids, pool_view
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
-from conductor_mcp.core.outcome import Stop, StopKind
+from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
 from conductor_mcp.core.records import Run, ToolResult, now
@@ -32,6 +33,7 @@ from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
+from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
 from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
@@ -49,13 +51,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-EndStatus = Literal["interrupted", "cancelled", "failed"]
-END_KINDS: dict[EndStatus, StopKind] = {
-    "interrupted": "interrupted",
-    "cancelled": "cancelled",
-    "failed": "internal_error",
-}
-
 
 def new_run_id() -> str:
     """Random, not sequential: one user's run ids tell nothing about another's."""
@@ -69,6 +64,7 @@ class Service(RunReader):
         self, settings: Settings, store: Store, lease: Lease, owner: TaskOwner, bus: ProgressBus | None
     ) -> None:
         super().__init__(settings, store, lease)
+        self.workspaces: Workspaces | None = None  # every agent workspace of every run (Service.open opens it)
         self._lease = lease
         self._owner = owner
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
@@ -87,11 +83,13 @@ class Service(RunReader):
         opened = store is None
         store = store or open_store(settings)
         owner = TaskOwner()
+        stack = contextlib.AsyncExitStack()  # closed last: the runs using the workspaces have ended by then
         try:
             lease = open_lease(settings.state_dir, store)
             try:
                 service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
                 lease.when_regained(Reclaimer(store, service._active, lease.token, asyncio.get_running_loop()))
+                service.workspaces = await stack.enter_async_context(open_workspaces(settings))
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
                 try:
                     yield service
@@ -101,6 +99,7 @@ class Service(RunReader):
             finally:
                 lease.close()
         finally:
+            await stack.aclose()
             if opened:
                 store.close()
 
@@ -112,20 +111,23 @@ class Service(RunReader):
             await self._bus.close()
 
     # -- starting runs ----------------------------------------------------------------------------
-    def _new_run(self, request: RunRequest) -> tuple[Run, Pool]:
+    def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
         exhausted = self.server_budget.exhausted()
         if exhausted:
             raise BudgetExhausted(f"server: {exhausted}; no new runs until the server restarts")
         pool = self.pools.for_request(request.pool)
+        worker_ids = allowed_ids(pool, request.workers, host_offered)
         steps = request.max_steps or pool.max_steps
         run = Run(
             id=new_run_id(), task=request.task, context=request.context or None, files=list(request.files),
             metadata=dict(request.metadata), tools=list(request.tools), pool=pool.name,
-            pool_digest=self.pools.digest(pool), conductor_model=pool.conductor.model, max_steps=steps,
+            pool_digest=self.pools.digest(pool), workers=request.workers, worker_ids=worker_ids,
+            conductor_model=pool.conductor.model, max_steps=steps,
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
+            workspace=request.workspace, keep_workspaces=request.keep_workspaces, principal=request.principal,
         )  # fmt: skip
-        return run, pool
+        return run, pool_view(pool, worker_ids)
 
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
         await self.conductor.plan_run(run, pool, self.server_budget, on_event)
@@ -144,7 +146,7 @@ class Service(RunReader):
         """What running a planned run's workflow may cost, on the pool it was planned for."""
         if run.workflow is None:
             raise RequestError(f"run_id: run {run.id} has no workflow to estimate")
-        return estimate_cost(run.workflow, self.pools.for_request(run.pool), run.task, run.context)
+        return estimate_cost(run.workflow, self.run_pool(run), run.task, run.context)
 
     async def orchestrate(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
         """Plan and run to the end; returns the finished (or failed) run. Cancelling the caller cancels the run."""
@@ -202,9 +204,7 @@ class Service(RunReader):
 
     def _resume(self, run: Run, change: Callable[[Run], list[int]] | None = None) -> Run:
         """Claim a stored run (applying `change` in the same transaction) and execute what is left of it."""
-        pool = self.pools.for_request(run.pool)
-        if self.pools.digest(pool) != run.pool_digest:
-            log.warning("pool_changed_since_run_started", run_id=run.id, pool=run.pool)
+        pool = self.run_pool(run)
         claimed = self._claim(run.id, change)
         self._active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
         return claimed
@@ -326,10 +326,10 @@ class Service(RunReader):
         try:
             if run.workflow is None:
                 await self._conduct(run, pool, on_event)
-            executor = Executor(
-                pool, self._store, self.providers, on_event, self.settings.step_timeout_s, self.server_budget
-            )
-            await executor.execute(run)
+            async with workspace_steps(self.workspaces, run, pool, self.providers, self.settings) as steps:
+                timeout = self.settings.step_timeout_s
+                executor = Executor(pool, self._store, self.providers, on_event, timeout, self.server_budget, steps)
+                await executor.execute(run)
         except asyncio.CancelledError:
             if self._closing:
                 self._end(run, "interrupted", "the server stopped; continue_workflow resumes it")

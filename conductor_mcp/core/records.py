@@ -14,8 +14,11 @@ from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from conductor_mcp.core.agent_records import StepWork
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Step, Workflow
@@ -111,6 +114,7 @@ class StepRecord(CallUsage):
     stop: Stop | None = Field(
         default=None, description="the limit that held this step back (skipped) or cut its corrective workflow short"
     )
+    work: StepWork | None = Field(default=None, description="an agent's or tool-using model's workspace and change")
 
     @property
     def order(self) -> tuple[int, ...]:
@@ -133,15 +137,22 @@ class Run(BaseModel):
     )
     pool: str
     pool_digest: str
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers, as asked")
+    worker_ids: list[str] | None = Field(
+        default=None, description="the pool ids the run may use, when fewer than the pool's (see core/choice.py)"
+    )
     conductor_model: str
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
     self_correct: bool = False
+    workspace: str | None = Field(default=None, description="the caller's repository agent steps work on")
+    keep_workspaces: bool = Field(default=False, description="leave the run's workspaces on disk for inspection")
     max_depth: int = 2
     max_calls: int = Field(default=10, description="most step and recursive conductor calls in the whole run")
     stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
     status: RunStatus = "planned"
     parent_id: str | None = None
+    principal: str = Field(default=LOCAL_NAME, description="who started the run: only it (and admins) may see it")
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
@@ -183,6 +194,10 @@ class Run(BaseModel):
             self_correct=self.self_correct,
             files=tuple(self.files),
             tools=tuple(self.tools),
+            workspace=self.workspace,
+            keep_workspaces=self.keep_workspaces,
+            workers=self.workers,
+            principal=self.principal,
         )
 
     def follow(self, parent: Run, review: Step) -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.limits import (
     MAX_CONTEXT_CHARS,
     MAX_FEEDBACK_CHARS,
@@ -21,6 +22,7 @@ from conductor_mcp.core.limits import (
     MAX_TOOLS,
     MAX_TOOLS_CHARS,
 )
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
@@ -80,6 +82,13 @@ class FileRef(BaseModel):
     sha256: str
 
 
+WorkersArg = Annotated[
+    WorkerChoice | None,
+    Field(
+        description="Which of the pool's workers may work on this task, by pool id (the `pools` tool lists them): "
+        "`only` keeps just those, `exclude` drops those. Fallbacks stay inside the choice. Default: all of them.",
+    ),
+]
 FilesArg = Annotated[
     list[str] | None,
     Field(
@@ -106,6 +115,12 @@ class RunRequest(BaseModel):
     tools: tuple[dict[str, Any], ...] = Field(
         default=(), description="the client's function tools (chat format), for the final step"
     )
+    workspace: str | None = Field(
+        default=None, description="the caller's repository (an absolute path the door checked against the roots)"
+    )
+    keep_workspaces: bool = Field(default=False, description="leave agent workspaces on disk after the run")
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers (pool ids)")
+    principal: str = Field(default=LOCAL_NAME, description="who asks: the run is theirs (core/principal.py)")
 
     @field_validator("task")
     @classmethod

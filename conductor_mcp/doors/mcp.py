@@ -39,10 +39,12 @@ from conductor_mcp.core.request import (
     RunRequest,
     StepLimit,
     TaskText,
+    WorkersArg,
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.principals import access
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
     Detail,
@@ -167,7 +169,7 @@ class Door:
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
         it."""
         if not hand_over(run, detail):
-            run = await self.service.wait(
+            run = await access(self.service).wait(
                 run.id,
                 wait_seconds,
                 ProgressRelay(ctx),
@@ -222,6 +224,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         max_tokens: MaxTokensArg = None,
         self_correct: SelfCorrectArg = None,
         detail: DetailArg = "summary",
+        workers: WorkersArg = None,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, door.service, context, files)
@@ -233,8 +236,9 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 self_correct=self_correct,
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
                 files=file_refs,
+                workers=workers,
             )
-            run = door.service.start(request)
+            run = access(door.service).start(request)
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
 
 
@@ -254,12 +258,15 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         max_steps: StepLimit = None,
         context: ContextText = None,
         files: FilesArg = None,
+        workers: WorkersArg = None,
     ) -> PlanResult:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, service, context, files)
-            request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs)
-            run = await service.plan(request, on_event=ProgressRelay(ctx))
-            return plan_result(run, service.pools.get(run.pool), service.estimate(run))
+            request = RunRequest.of(
+                task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workers=workers
+            )
+            run = await access(service).plan(request, on_event=ProgressRelay(ctx))
+            return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
         title="Continue, resume or correct a run",
@@ -277,7 +284,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = service.continue_run(run_id, feedback)
+            run = access(service).continue_run(run_id, feedback)
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed)
 
@@ -293,7 +300,7 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         status: Annotated[RunStatus | None, Field(description="Only runs in this status.")] = None,
     ) -> RunsResult:
         with conductor_errors():
-            return runs_result(service.list_runs(limit, status))
+            return runs_result(access(service).list_runs(limit, status))
 
     @server.tool(
         title="List pools of workers",
@@ -314,7 +321,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     )
     def run_resource(run_id: str) -> str:
         with conductor_errors(ResourceError):
-            return service.get_run(run_id).model_dump_json(indent=2)
+            return access(service).get_run(run_id).model_dump_json(indent=2)
 
     @server.resource(
         "conductor://runs/{run_id}/steps/{index}",
@@ -323,8 +330,9 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     )
     def step_resource(run_id: str, index: str) -> str:
         with conductor_errors(ResourceError):
-            messages = service.step_messages(run_id, index)  # an unknown run or step is named here
-            step = next(s for s in service.get_run(run_id).steps if s.key == index)
+            runs = access(service)
+            messages = runs.step_messages(run_id, index)  # an unknown (or another's) run or step is named here
+            step = next(s for s in runs.get_run(run_id).steps if s.key == index)
         return json.dumps({"record": step.model_dump(mode="json"), "messages": messages}, indent=2)
 
     @server.resource(
@@ -342,7 +350,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
     def review_run(run_id: str) -> str:
         with conductor_errors(ValueError):
-            run = service.get_run(run_id)
+            run = access(service).get_run(run_id)
         return (
             f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
             f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "

@@ -56,8 +56,8 @@ STORE_RETRY_S = 30.0  # how long a call waits out a database that went away (a f
 ATTEMPT_WAIT_S = 2.0  # one attempt's wait for a pooled connection
 
 _SAVE_RUN = (
-    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, principal, doc) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
     "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
 )
 _SAVE_STEP = (
