@@ -145,6 +145,7 @@ class PostgresStore(Store):
             with self._pool.connection(timeout=30) as conn:
                 yield conn
         except (psycopg.Error, PoolTimeout) as exc:
+            self.failures += 1
             raise StoreError(_advice(self.location, exc, run_id)) from None
 
     def read(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:

@@ -172,6 +172,7 @@ class Store(ABC):
 
     backend: str
     location: str  # a file path or a URL without its password: what messages name
+    failures: int = 0  # backend failures raised as StoreError since it opened (read by the metrics)
     MARK: ClassVar[LiteralString]  # the backend's query parameter placeholder
     TOTALS_JSON: ClassVar[LiteralString]  # its SQL for a run's totals as JSON text
 
