@@ -24,7 +24,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from conductor_mcp import __version__
-from conductor_mcp.context_files import effective_roots, read_context_files, roots_from_uris
+from conductor_mcp.context_files import effective_roots, read_context_files, roots_from_uris, workspace_in_roots
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
 from conductor_mcp.core.prompts import with_files
@@ -43,6 +43,7 @@ from conductor_mcp.core.request import (
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
     Detail,
@@ -137,6 +138,15 @@ async def context_with_files(
     return with_files(context, [(f.ref.path, f.text) for f in read]), tuple(f.ref for f in read)
 
 
+async def workspace_of(ctx: Context, service: Service, workspace: str | None, pool: str | None) -> str | None:
+    """The repository the run's agents work on (checked against the roots), when one is named or its pool has
+    workers that need one; the client's roots only narrow the server's."""
+    if workspace is None and not any(w.needs_workspace() for w in service.pools.for_request(pool).workers):
+        return None
+    roots = effective_roots(service.settings.file_roots, await client_roots(ctx))
+    return str(workspace_in_roots(workspace, roots))
+
+
 class ProgressRelay:
     """Turns run events into MCP progress notifications; `progress` only grows, as the protocol requires.
 
@@ -161,11 +171,11 @@ class Door:
         self.links = links
 
     async def collect(
-        self, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool
+        self, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool, apply: bool = False
     ) -> CallToolResult:
         """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
-        it."""
+        it. `apply`: the run's final patch is applied to the caller's tree (see doors/patches.py)."""
         if not hand_over(run, detail):
             run = await self.service.wait(
                 run.id,
@@ -175,7 +185,12 @@ class Door:
                 cancel_on_exit=cancel_on_exit,
                 coalesce=True,
             )
-        return run_result(run, detail, self.links.run(run.id))
+        patch = patch_summary(run)
+        if apply:
+            with conductor_errors():
+                roots = effective_roots(self.service.settings.file_roots, await client_roots(ctx))
+            patch = await apply_final_patch(run, patch, roots)
+        return run_result(run, detail, self.links.run(run.id), patch)
 
 
 def build_server(service: Service, links: Links | None = None) -> MCPServer:
@@ -192,6 +207,7 @@ def build_server(service: Service, links: Links | None = None) -> MCPServer:
     _register_plan_and_continue(server, door)
     _register_read_tools(server, service)
     _register_resources(server, service)
+    _register_patch_resources(server, service)
     return server
 
 
@@ -222,9 +238,12 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         max_tokens: MaxTokensArg = None,
         self_correct: SelfCorrectArg = None,
         detail: DetailArg = "summary",
+        workspace: WorkspaceArg = None,
+        apply: ApplyArg = False,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, door.service, context, files)
+            where = await workspace_of(ctx, door.service, workspace, pool)
             request = RunRequest.of(
                 task=task,
                 pool=pool,
@@ -233,9 +252,10 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 self_correct=self_correct,
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
                 files=file_refs,
+                workspace=where,
             )
             run = door.service.start(request)
-        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
+        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True, apply=apply)
 
 
 def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
@@ -254,12 +274,16 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         max_steps: StepLimit = None,
         context: ContextText = None,
         files: FilesArg = None,
+        workspace: WorkspaceArg = None,
     ) -> PlanResult:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, service, context, files)
-            request = RunRequest.of(task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs)
+            where = await workspace_of(ctx, service, workspace, pool)
+            request = RunRequest.of(
+                task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workspace=where
+            )
             run = await service.plan(request, on_event=ProgressRelay(ctx))
-            return plan_result(run, service.pools.get(run.pool), service.estimate(run))
+            return plan_result(run, service.pools.for_request(run.pool), service.estimate(run))
 
     @server.tool(
         title="Continue, resume or correct a run",
@@ -274,12 +298,13 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         feedback: FeedbackText = None,
         wait_seconds: WaitArg = DEFAULT_WAIT_S,
         detail: DetailArg = "summary",
+        apply: ApplyArg = False,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
             run = service.continue_run(run_id, feedback)
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
-        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed)
+        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed, apply=apply)
 
 
 def _register_read_tools(server: MCPServer, service: Service) -> None:
@@ -348,3 +373,25 @@ def _register_resources(server: MCPServer, service: Service) -> None:
             f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "
             f"to fix; otherwise summarise the answer.\n\nTask:\n{run.task}\n\n{to_markdown(run)}"
         )
+
+
+def _register_patch_resources(server: MCPServer, service: Service) -> None:
+    @server.resource(
+        "conductor://runs/{run_id}/steps/{index}/diff",
+        mime_type="text/x-diff",
+        description="What an agent step changed in its workspace: a unified diff against the files it started "
+        "from (binary files named, cut to a size).",
+    )
+    def diff_resource(run_id: str, index: str) -> str:
+        with conductor_errors(ResourceError):
+            return step_change(service.get_run(run_id), index, "diff")
+
+    @server.resource(
+        "conductor://runs/{run_id}/steps/{index}/patch",
+        mime_type="text/x-diff",
+        description="The whole change from your tree to an agent step's result (the agents it built on included), "
+        "as `git apply` input, binary files too.",
+    )
+    def patch_resource(run_id: str, index: str) -> str:
+        with conductor_errors(ResourceError):
+            return step_change(service.get_run(run_id), index, "patch")
