@@ -14,16 +14,21 @@ from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from conductor_mcp.config import Settings
+from conductor_mcp.core.choice import pool_view
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
+from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.records import Run
 from conductor_mcp.engine.events import emit
 from conductor_mcp.errors import RequestError
+from conductor_mcp.logs import get_logger
 from conductor_mcp.pools import PoolCatalog
 from conductor_mcp.runs.backends import open_liveness, open_store
 from conductor_mcp.runs.follow import poll_store
 from conductor_mcp.runs.leases import Liveness
 from conductor_mcp.runs.store import Store
+
+log = get_logger(__name__)
 
 
 class RunReader:
@@ -59,6 +64,13 @@ class RunReader:
     def _orphaned(self, run: Run) -> bool:
         """A `running` run that no live process executes."""
         return run.status == "running" and not self._liveness.is_alive(run.owner)
+
+    def run_pool(self, run: Run) -> Pool:
+        """The pool as the run sees it: only the workers it may use (the caller's choice, recorded with it)."""
+        pool = self.pools.for_request(run.pool)
+        if self.pools.digest(pool) != run.pool_digest:
+            log.warning("pool_changed_since_run_started", run_id=run.id, pool=run.pool)
+        return pool_view(pool, run.worker_ids)
 
     def list_runs(self, limit: int = 20, status: str | None = None, **filters: Any) -> list[dict[str, Any]]:
         """Newest first; `filters` are the store's (pool, parent_id, before: a page's keyset cursor)."""

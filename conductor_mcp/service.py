@@ -19,6 +19,7 @@ import anyio
 
 from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
+from conductor_mcp.core.choice import allowed_ids, pool_view
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
@@ -109,21 +110,23 @@ class Service(RunReader):
             await self._bus.close()
 
     # -- starting runs ----------------------------------------------------------------------------
-    def _new_run(self, request: RunRequest) -> tuple[Run, Pool]:
+    def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
         exhausted = self.server_budget.exhausted()
         if exhausted:
             raise BudgetExhausted(f"server: {exhausted}; no new runs until the server restarts")
         pool = self.pools.for_request(request.pool)
+        worker_ids = allowed_ids(pool, request.workers, host_offered)
         steps = request.max_steps or pool.max_steps
         run = Run(
             id=new_run_id(), task=request.task, context=request.context or None, files=list(request.files),
             metadata=dict(request.metadata), tools=list(request.tools), pool=pool.name,
-            pool_digest=self.pools.digest(pool), conductor_model=pool.conductor.model, max_steps=steps,
+            pool_digest=self.pools.digest(pool), workers=request.workers, worker_ids=worker_ids,
+            conductor_model=pool.conductor.model, max_steps=steps,
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
             workspace=request.workspace, keep_workspaces=request.keep_workspaces,
         )  # fmt: skip
-        return run, pool
+        return run, pool_view(pool, worker_ids)
 
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
         await self.conductor.plan_run(run, pool, self.server_budget, on_event)
@@ -142,7 +145,7 @@ class Service(RunReader):
         """What running a planned run's workflow may cost, on the pool it was planned for."""
         if run.workflow is None:
             raise RequestError(f"run_id: run {run.id} has no workflow to estimate")
-        return estimate_cost(run.workflow, self.pools.for_request(run.pool), run.task, run.context)
+        return estimate_cost(run.workflow, self.run_pool(run), run.task, run.context)
 
     async def orchestrate(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
         """Plan and run to the end; returns the finished (or failed) run. Cancelling the caller cancels the run."""
@@ -200,9 +203,7 @@ class Service(RunReader):
 
     def _resume(self, run: Run, change: Callable[[Run], list[int]] | None = None) -> Run:
         """Claim a stored run (applying `change` in the same transaction) and execute what is left of it."""
-        pool = self.pools.for_request(run.pool)
-        if self.pools.digest(pool) != run.pool_digest:
-            log.warning("pool_changed_since_run_started", run_id=run.id, pool=run.pool)
+        pool = self.run_pool(run)
         claimed = self._claim(run.id, change)
         self._active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
         return claimed

@@ -25,6 +25,7 @@ from conductor_mcp.errors import PoolError
 MASK = "***"
 WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 CONDUCTOR_ID = "conductor"  # reserved: the conductor named as a worker (recursion)
+HOST_MODEL = "host"  # a worker's `model`: the MCP host's own model, asked through sampling (engine/host.py)
 
 
 class Pricing(BaseModel):
@@ -129,6 +130,10 @@ class WorkerSpec(ModelSpec):
         if "max_tool_turns" in given and not self.tools:
             raise ValueError("'max_tool_turns' applies to a worker with tools")
         return self
+
+    def is_host(self) -> bool:
+        """Whether this worker is the host's own model (offered only to clients that answer sampling)."""
+        return self.model == HOST_MODEL
 
     def needs_workspace(self) -> bool:
         """Whether each step of this worker runs in its own workspace (an agent, or a model with tools)."""
@@ -269,18 +274,23 @@ class Pool(BaseModel):
         """The workers that are agent CLIs."""
         return [w for w in self.workers if w.agent is not None]
 
+    def only(self, worker_ids: list[str], name: str | None = None) -> Pool:
+        """The pool with just these workers (pool order kept): fallbacks and the default worker stay inside them."""
+        kept = set(worker_ids)
+        workers = [
+            w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]})
+            for w in self.workers
+            if w.id in kept
+        ]
+        default = self.default_worker if self.default_worker in kept else workers[0].id
+        return self.model_copy(update={"name": name or self.name, "workers": workers, "default_worker": default})
+
     def sample(self, k: int, seed: int) -> Pool:
         """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""
         if not 1 <= k <= len(self.workers):
             raise PoolError(f"sub-pool size must be between 1 and {len(self.workers)}, got {k}")
         chosen = sorted(random.Random(seed).sample(range(len(self.workers)), k))
-        workers = [self.workers[i] for i in chosen]
-        kept = {w.id for w in workers}
-        workers = [w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]}) for w in workers]
-        default = self.default_worker if self.default_worker in kept else workers[0].id
-        return self.model_copy(
-            update={"name": f"{self.name}[k={k},seed={seed}]", "workers": workers, "default_worker": default}
-        )
+        return self.only([self.workers[i].id for i in chosen], name=f"{self.name}[k={k},seed={seed}]")
 
 
 def mask_values(value: Any) -> Any:

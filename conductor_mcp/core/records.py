@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 from conductor_mcp.core.agent_records import StepWork
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.request import FileRef, RunRequest
@@ -135,6 +136,10 @@ class Run(BaseModel):
     )
     pool: str
     pool_digest: str
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers, as asked")
+    worker_ids: list[str] | None = Field(
+        default=None, description="the pool ids the run may use, when fewer than the pool's (see core/choice.py)"
+    )
     conductor_model: str
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
@@ -189,6 +194,7 @@ class Run(BaseModel):
             tools=tuple(self.tools),
             workspace=self.workspace,
             keep_workspaces=self.keep_workspaces,
+            workers=self.workers,
         )
 
     def follow(self, parent: Run, review: Step) -> None:

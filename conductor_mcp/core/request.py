@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.limits import (
     MAX_CONTEXT_CHARS,
     MAX_FEEDBACK_CHARS,
@@ -80,6 +81,13 @@ class FileRef(BaseModel):
     sha256: str
 
 
+WorkersArg = Annotated[
+    WorkerChoice | None,
+    Field(
+        description="Which of the pool's workers may work on this task, by pool id (the `pools` tool lists them): "
+        "`only` keeps just those, `exclude` drops those. Fallbacks stay inside the choice. Default: all of them.",
+    ),
+]
 FilesArg = Annotated[
     list[str] | None,
     Field(
@@ -110,6 +118,7 @@ class RunRequest(BaseModel):
         default=None, description="the caller's repository (an absolute path the door checked against the roots)"
     )
     keep_workspaces: bool = Field(default=False, description="leave agent workspaces on disk after the run")
+    workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers (pool ids)")
 
     @field_validator("task")
     @classmethod

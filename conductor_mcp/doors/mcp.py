@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -24,25 +22,24 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from conductor_mcp import __version__
-from conductor_mcp.context_files import effective_roots, read_context_files, roots_from_uris, workspace_in_roots
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
-from conductor_mcp.core.prompts import with_files
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.core.request import (
     POOL_NAME,
     ContextText,
     FeedbackText,
-    FileRef,
     FilesArg,
     PoolName,
     RunRequest,
     StepLimit,
     TaskText,
+    WorkersArg,
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.mcp_roots import caller_roots, context_with_files, workspace_of
 from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
@@ -57,7 +54,7 @@ from conductor_mcp.doors.results import (
     runs_result,
 )
 from conductor_mcp.doors.tasks import TasksExtension, hand_over
-from conductor_mcp.errors import ConductorError, PoolError, RequestError
+from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.service import Service
 
@@ -111,42 +108,6 @@ def conductor_errors(kind: type[Exception] = ToolError) -> Iterator[None]:
         raise kind(str(exc)) from None
 
 
-async def client_roots(ctx: Context) -> list[Path] | None:
-    """The client's declared roots (local directories), or None when it declares none or cannot be asked; a
-    client that declares roots but fails to list them gets an error (the roots it meant are unknown)."""
-    capabilities = ctx.session.client_capabilities
-    if capabilities is None or capabilities.roots is None or not ctx.session.can_send_request:
-        return None  # 2026-07-28-era connections have no roots (SEP-2577): the server's roots apply
-    try:
-        with warnings.catch_warnings():  # roots are deprecated in the 2026-07-28 era, and still what hosts send
-            warnings.simplefilter("ignore")
-            listed = await ctx.session.list_roots()
-    except Exception as exc:
-        log.warning("client_roots_unavailable", error=f"{type(exc).__name__}: {exc}")
-        raise RequestError(f"files: the client declares roots but listing them failed ({type(exc).__name__})") from None
-    return roots_from_uris([str(root.uri) for root in listed.roots])
-
-
-async def context_with_files(
-    ctx: Context, service: Service, context: str | None, files: list[str] | None
-) -> tuple[str | None, tuple[FileRef, ...]]:
-    """The caller's context with the named files appended (each marked with its path), and their records."""
-    if not files:
-        return context, ()
-    roots = effective_roots(service.settings.file_roots, await client_roots(ctx))
-    read = await read_context_files(files, roots, len(context or ""))
-    return with_files(context, [(f.ref.path, f.text) for f in read]), tuple(f.ref for f in read)
-
-
-async def workspace_of(ctx: Context, service: Service, workspace: str | None, pool: str | None) -> str | None:
-    """The repository the run's agents work on (checked against the roots), when one is named or its pool has
-    workers that need one; the client's roots only narrow the server's."""
-    if workspace is None and not any(w.needs_workspace() for w in service.pools.for_request(pool).workers):
-        return None
-    roots = effective_roots(service.settings.file_roots, await client_roots(ctx))
-    return str(workspace_in_roots(workspace, roots))
-
-
 class ProgressRelay:
     """Turns run events into MCP progress notifications; `progress` only grows, as the protocol requires.
 
@@ -188,7 +149,7 @@ class Door:
         patch = patch_summary(run)
         if apply:
             with conductor_errors():
-                roots = effective_roots(self.service.settings.file_roots, await client_roots(ctx))
+                roots = await caller_roots(ctx, self.service)
             patch = await apply_final_patch(run, patch, roots)
         return run_result(run, detail, self.links.run(run.id), patch)
 
@@ -238,6 +199,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         max_tokens: MaxTokensArg = None,
         self_correct: SelfCorrectArg = None,
         detail: DetailArg = "summary",
+        workers: WorkersArg = None,
         workspace: WorkspaceArg = None,
         apply: ApplyArg = False,
     ) -> Annotated[CallToolResult, RunResult]:
@@ -252,6 +214,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 self_correct=self_correct,
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
                 files=file_refs,
+                workers=workers,
                 workspace=where,
             )
             run = door.service.start(request)
@@ -274,16 +237,23 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         max_steps: StepLimit = None,
         context: ContextText = None,
         files: FilesArg = None,
+        workers: WorkersArg = None,
         workspace: WorkspaceArg = None,
     ) -> PlanResult:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, service, context, files)
             where = await workspace_of(ctx, service, workspace, pool)
             request = RunRequest.of(
-                task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workspace=where
+                task=task,
+                pool=pool,
+                max_steps=max_steps,
+                context=context,
+                files=file_refs,
+                workers=workers,
+                workspace=where,
             )
             run = await service.plan(request, on_event=ProgressRelay(ctx))
-            return plan_result(run, service.pools.for_request(run.pool), service.estimate(run))
+            return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
         title="Continue, resume or correct a run",

@@ -138,7 +138,21 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
         raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORT_LIMITS)}, got {effort!r}")
     tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
     limits = EFFORT_LIMITS[effort] if effort is not None else {}
-    return {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "tools": tools, **limits}
+    chosen = {"workers": _workers(metadata["workers"])} if metadata.get("workers") is not None else {}
+    return {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "tools": tools, **chosen, **limits}
+
+
+def _workers(value: Any) -> Any:
+    """metadata.workers: the choice of workers as JSON text (OpenAI's metadata values are strings), or as an
+    object from clients that send one; the RunRequest checks its shape."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise RequestError(
+            'metadata.workers: must be JSON such as {"only": ["id"], "exclude": ["id"]} (pool ids)'
+        ) from None
 
 
 def _model(body: dict[str, Any]) -> str:

@@ -34,6 +34,13 @@ def mermaid(run: Run) -> str:
     return "\n".join(lines)
 
 
+def worker_choice(run: Run) -> str:
+    """Who the run could use: the caller's choice, and the pool ids it left (the host's model dropped out when the
+    client could not answer sampling)."""
+    asked = run.workers.describe() if run.workers is not None else "all"
+    return f"{asked} → {', '.join(run.worker_ids) if run.worker_ids is not None else 'every worker of the pool'}"
+
+
 def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80) -> str:
     """A compact summary for people and calling models: answer first, then the step table and topology."""
     t = run.totals
@@ -44,6 +51,8 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
         f"**Run** `{run.id}` · status **{run.status}** · pool `{run.pool}` · "
         f"{t.steps} steps, {t.calls} calls, {t.total_tokens} tokens, ${t.cost_usd:.4f}, {t.wall_s:.1f}s"
     )
+    if run.workers is not None or run.worker_ids is not None:
+        parts.append(f"**Workers:** {worker_choice(run)}")
     if run.stop is not None and run.stop.is_limit:
         parts.append(f"**Stopped early** ({run.stop.kind.replace('_', ' ')}): {run.stop.detail}")
     if run.fallback_reason:

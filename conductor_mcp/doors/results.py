@@ -69,6 +69,9 @@ class RunResult(BaseModel):
     error: str | None = None
     totals: Totals
     pool: str
+    workers: list[str] | None = Field(
+        default=None, description="the pool ids this run could use, when the caller's choice narrowed the pool"
+    )
     parent_run_id: str | None = None
     reasoning: str | None = Field(default=None, description="the conductor's reasoning for its workflow")
     fallback_reason: str | None = None
@@ -100,6 +103,7 @@ class CostRange(BaseModel):
 class PlanResult(BaseModel):
     run_id: str = Field(description="pass to continue_workflow to run this plan")
     pool: str
+    workers: list[str] | None = Field(default=None, description="the pool ids the plan may use, when narrowed")
     reasoning: str
     steps: list[PlannedStep]
     estimated_cost: CostRange
@@ -218,6 +222,7 @@ def run_result(
         error=run.error,
         totals=run.totals,
         pool=run.pool,
+        workers=run.worker_ids,
         parent_run_id=run.parent_id,
         reasoning=run.workflow.reasoning if run.workflow else None,
         fallback_reason=run.fallback_reason,
@@ -291,6 +296,7 @@ def plan_result(run: Run, pool: Pool, estimate: CostEstimate) -> PlanResult:
     return PlanResult(
         run_id=run.id,
         pool=run.pool,
+        workers=run.worker_ids,
         reasoning=run.workflow.reasoning,
         steps=steps,
         estimated_cost=CostRange(**estimate.__dict__),

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
+from conductor_mcp.doors.render import worker_choice
 from conductor_mcp.doors.viewer_svg import source_key, timeline_svg, workflow_svg
 
 
@@ -135,6 +136,8 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
         ("started", _e(run.started_at or "")),
         ("ended", _e(run.ended_at or "")),
     ]
+    if run.workers is not None or run.worker_ids is not None:
+        rows.append(("workers", _e(worker_choice(run))))
     if run.parent_id:
         rows.append(("follow-up of", f'<a class="parent" href="{run_href(run.parent_id)}">{_e(run.parent_id)}</a>'))
     if children:

@@ -2,7 +2,7 @@
 
 Each prompt is the conductor prompt the server sends (the pool's full or compact prompt, then the task), for a random
 k-of-n sub-pool seeded per prompt, as in the paper. Each completion is parsed by the server's parser, run on
-that sub-pool by the server's executor and checked by a verifier (conductor_mcp/rewards.py). The last
+that sub-pool by the server's executor and checked by a verifier (conductor_mcp/learning/rewards.py). The last
 --recursion-steps steps use pools that offer the conductor itself as a worker (the paper's recursion phase).
 Output: a LoRA adapter, a card (card.json and README.md: base model, data, pool, recipe, reward curve) and
 reward_curve.png; tools/serve_conductor.py serves the adapter on vLLM. tools/train_conductor.py is the command.
