@@ -14,6 +14,7 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.core.prompts import CHANGE_HEADING
 from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.errors import RequestError
 from conductor_mcp.models import sim_agent
 from conductor_mcp.service import Service
 from tests.agents.conftest import needs_bwrap
@@ -145,6 +146,15 @@ async def test_a_worker_that_cannot_run_here_is_not_offered(settings: Settings, 
         assert [w.id for w in pool.workers] == ["alpha", "beta", "gamma"]
         run = await service.orchestrate(ask("What is 2 + 2?", pool="agents"))
     assert run.status == "done" and all(s.worker_id != "ghost" for s in run.steps)
+
+
+async def test_a_pool_whose_only_worker_cannot_run_is_a_named_error(settings: Settings, pool_dir: Path) -> None:
+    doc = sim_pool_doc(name="agents", anonymize=False)
+    doc["workers"] = [{"id": "ghost", "description": "missing", "agent": {"cli": "codex", "binary": "/no/codex"}}]
+    write_pool(pool_dir, doc)
+    async with Service.open(settings) as service:
+        with pytest.raises(RequestError, match=r"no worker of pool 'agents' can run here.*'/no/codex' does not exist"):
+            service.start(ask("What is 2 + 2?", pool="agents"))
 
 
 async def test_the_agent_record_and_diff_round_trip_in_postgresql(

@@ -77,6 +77,9 @@ async def test_orchestrate_returns_the_codex_patch_and_leaves_the_tree_alone(
             diff = await client.read_resource(patch["diff_uri"])
             whole = await client.read_resource(patch["uri"])
             transcript = json.loads((await client.read_resource(f"conductor://runs/{run['run_id']}")).contents[0].text)
+            reviewed = json.loads(
+                (await client.read_resource(f"conductor://runs/{run['run_id']}/steps/1")).contents[0].text
+            )
     assert run["status"] == "done", run
     assert (patch["files_changed"], patch["lines_added"], patch["lines_removed"]) == (1, 2, 0)
     assert patch["files"][0]["path"] == "mul.py" and patch["applied"] == "not asked" and patch["step"] == "0"
@@ -87,6 +90,7 @@ async def test_orchestrate_returns_the_codex_patch_and_leaves_the_tree_alone(
     assert [c["exit_code"] for c in codex_step["work"]["agent"]["commands"]] == [0]
     assert codex_step["work"]["agent"]["version"] == "codex-cli 0.171.0"
     assert review["status"] == "done"
+    assert "+    return a * b" in reviewed["messages"][0]["content"]  # the reviewer was shown Codex's diff
     assert fingerprint(repo) == before  # the server never touched the caller's tree
     assert not (repo / "mul.py").exists()
     assert files_named(agent_root, "mul.py") == []  # the workspaces went with the run
