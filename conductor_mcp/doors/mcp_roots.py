@@ -11,6 +11,7 @@ from mcp.server.mcpserver import Context
 from conductor_mcp.context_files import effective_roots, read_context_files, roots_from_uris, workspace_in_roots
 from conductor_mcp.core.prompts import with_files
 from conductor_mcp.core.request import FileRef
+from conductor_mcp.doors.patches import wants_workspace
 from conductor_mcp.errors import RequestError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.service import Service
@@ -48,7 +49,7 @@ async def context_with_files(
 async def workspace_of(ctx: Context, service: Service, workspace: str | None, pool: str | None) -> str | None:
     """The repository the run's agents work on (checked against the roots), when one is named or its pool has
     workers that need one; the client's roots only narrow the server's."""
-    if workspace is None and not any(w.needs_workspace() for w in service.pools.for_request(pool).workers):
+    if not wants_workspace(service, workspace, pool):
         return None
     return str(workspace_in_roots(workspace, await caller_roots(ctx, service)))
 

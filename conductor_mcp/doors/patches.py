@@ -6,6 +6,7 @@ patch was made from. Nothing else of the server ever writes the caller's tree.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -17,8 +18,10 @@ from conductor_mcp.core.agent_records import FileChange
 from conductor_mcp.core.patches import final_work
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StepNotFound
+from conductor_mcp.service import Service
 
 MAX_FILES_LISTED = 100
+METADATA_VALUE_CHARS = 512  # OpenAI's limit on a metadata value
 
 WorkspaceArg = Annotated[
     str | None,
@@ -53,6 +56,33 @@ class PatchSummary(BaseModel):
     note: str | None = None
     applied: Literal["applied", "refused", "not asked"] = "not asked"
     apply_error: str | None = Field(default=None, description="why it was not applied, when apply was asked for")
+
+
+def wants_workspace(service: Service, workspace: str | None, pool: str | None) -> bool:
+    """Whether a request needs its workspace checked: it names one, or its pool has workers that work in one."""
+    return workspace is not None or any(w.needs_workspace() for w in service.pools.for_request(pool).workers)
+
+
+def patch_metadata(run: Run) -> dict[str, str]:
+    """The final patch for the OpenAI door's response metadata (string values of at most 512 characters): JSON
+    with the step, the counts and as many of the changed paths as fit."""
+    summary = patch_summary(run)
+    if summary is None:
+        return {}
+    paths = [change.path for change in summary.files]
+    while True:
+        text = json.dumps(
+            {
+                "step": summary.step,
+                "files_changed": summary.files_changed,
+                "lines_added": summary.lines_added,
+                "lines_removed": summary.lines_removed,
+                "files": paths,
+            }
+        )
+        if len(text) <= METADATA_VALUE_CHARS or not paths:
+            return {"conductor_patch": text[:METADATA_VALUE_CHARS]}
+        paths = paths[:-1]
 
 
 def patch_uri(run_id: str, key: str, kind: Literal["patch", "diff"]) -> str:
