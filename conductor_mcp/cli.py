@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import __version__, hosts
+from conductor_mcp import __version__, cli_tokens, hosts
 from conductor_mcp.cli_output import say as _say
 from conductor_mcp.cli_progress import RunClock
 from conductor_mcp.cli_serve import serve, view
@@ -26,6 +26,10 @@ _ALLOWED_HOST_HELP = (
 )
 _NO_AUTH_HELP = (
     "serve HTTP without a bearer token (loopback only): any local account can then read runs and spend the pools' keys"
+)
+_METRICS_PORT_HELP = (
+    "also serve Prometheus /metrics on this loopback port, without a token (env CONDUCTOR_METRICS_PORT; "
+    "with --http, /metrics is served behind the token anyway)"
 )
 
 
@@ -70,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     serve.add_argument("--allowed-host", action="append", default=[], help=_ALLOWED_HOST_HELP)
     serve.add_argument("--no-auth", action="store_true", help=_NO_AUTH_HELP)
+    serve.add_argument("--metrics-port", type=int, help=_METRICS_PORT_HELP)
 
     view = sub.add_parser("view", help="serve the run viewer on loopback over the store (read only); print its URL")
     view.add_argument("run_id", nargs="?", help="open this run's page (default: the run list)")
@@ -82,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     local_cmd.add_argument("--model", default="gemma3-270m", help="local model name (default gemma3-270m)")
 
     hosts.add_parser(sub)
+    cli_tokens.add_parser(sub)
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
     return parser
@@ -304,6 +310,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _doctor(settings)
     if args.command == "local":
         return _local(args, settings)
+    if args.command == "tokens":
+        return cli_tokens.run(args, settings)
     if args.command == "install":
         for line in hosts.install(args, settings):
             _say(line)

@@ -16,26 +16,42 @@ from conductor_mcp.runtime import settle_collector
 
 
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.doors.metrics import metrics_port
     from conductor_mcp.service import Service
 
     if args.http:
         from conductor_mcp.doors.http import base_url, serve_http
         from conductor_mcp.doors.viewer import ViewerAuth
+        from conductor_mcp.tokens import TokenBook
 
         token = _http_token(args, settings)
-        viewer = ViewerAuth(token)
+        tokens = TokenBook(settings.tokens_file)
+        named = len(tokens.entries())  # a broken tokens file stops the server here, saying which file
+        viewer = ViewerAuth(token, tokens=tokens)
+        if token and named:
+            _say(f"conductor-mcp: {named} named token(s) accepted too (conductor-mcp tokens list)", file=sys.stderr)
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
             settle_collector()
-            await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
+            with metrics_port(service.telemetry.metrics, _metrics_port(args, settings)):
+                await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
         async with Service.open(settings) as service:
             settle_collector()
-            await serve_stdio(service)
+            with metrics_port(service.telemetry.metrics, _metrics_port(args, settings)):
+                await serve_stdio(service)
     return 0
+
+
+def _metrics_port(args: argparse.Namespace, settings: Settings) -> int | None:
+    """--metrics-port, else CONDUCTOR_METRICS_PORT; checked before anything is served."""
+    port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+    if port is not None and not 0 <= port <= 65535:
+        raise RequestError(f"--metrics-port: {port} is not a port number (0-65535)")
+    return port
 
 
 async def view(args: argparse.Namespace, settings: Settings) -> int:

@@ -45,6 +45,7 @@ from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_stor
 from conductor_mcp.runs.cancels import ask_to_cancel, serve_cancel_requests
 from conductor_mcp.runs.leases import Lease
 from conductor_mcp.runs.store import Store
+from conductor_mcp.telemetry.observer import Telemetry
 
 if TYPE_CHECKING:
     from conductor_mcp.runs.postgres_live import ProgressBus
@@ -68,7 +69,8 @@ class Service(RunReader):
         self._lease = lease
         self._owner = owner
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
-        self._active = ActiveRuns(owner, bus.publish if bus else None)
+        self.telemetry = Telemetry(settings, store, lease)  # metrics, and traces when an OTLP endpoint is set
+        self._active = ActiveRuns(owner, bus.publish if bus else None, self.telemetry.watch)
         self.providers = Providers(settings)
         self.conductor = Conductor(self.providers)
         self.server_budget = ServerBudget(max_tokens=settings.server_max_tokens, max_usd=settings.server_max_usd)
@@ -108,6 +110,7 @@ class Service(RunReader):
         await self._owner.close()
         if self._bus is not None:
             await self._bus.close()
+        await anyio.to_thread.run_sync(self.telemetry.close)  # the spans of the runs just interrupted, sent
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
@@ -124,7 +127,7 @@ class Service(RunReader):
             conductor_model=pool.conductor.model, max_steps=steps,
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
-            workspace=request.workspace, keep_workspaces=request.keep_workspaces,
+            workspace=request.workspace, keep_workspaces=request.keep_workspaces, principal=request.principal,
         )  # fmt: skip
         return run, pool_view(pool, worker_ids)
 
@@ -153,10 +156,8 @@ class Service(RunReader):
         return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
     def start(self, request: RunRequest, workflow: Workflow | None = None) -> Run:
-        """Store and start a run in the background; `wait` collects it.
-
-        With `workflow` the conductor is not asked: that workflow runs as given (baselines, replays).
-        """
+        """Store and start a run in the background; `wait` collects it. With `workflow` the conductor is not
+        asked: that workflow runs as given (baselines, replays)."""
         run, pool = self._new_run(request)
         if workflow is not None:
             run.workflow = given_workflow(workflow, [*pool.visible_ids(), CONDUCTOR_ID])
@@ -383,10 +384,8 @@ class Service(RunReader):
         return active if active is not None else super().get_run(run_id)
 
     def reconcile(self, run_id: str) -> Run:
-        """Record a run whose process died as interrupted (its running steps as cancelled); return the run.
-
-        The check is repeated inside the store's transaction, so a run another process has just claimed is
-        left alone."""
+        """Record a run whose process died as interrupted (its running steps as cancelled); return the run. The
+        check is repeated inside the store's transaction, so a run another process has just claimed is left alone."""
         run = self._store.load_run(run_id)
         if self._orphaned(run):
             run = self._store.update(run_id, lambda fresh: fresh.mark_interrupted() if self._orphaned(fresh) else None)

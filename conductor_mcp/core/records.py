@@ -18,6 +18,7 @@ from conductor_mcp.core.agent_records import StepWork
 from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Step, Workflow
@@ -32,8 +33,8 @@ def messages_digest(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+def now(timespec: str = "milliseconds") -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec=timespec)
 
 
 class Attempt(BaseModel):
@@ -44,6 +45,7 @@ class Attempt(BaseModel):
     ok: bool
     error: str | None = None
     latency_s: float = 0.0
+    started_at: str | None = None  # when the call was sent (a trace's span of it starts there)
 
 
 class ToolCall(BaseModel):
@@ -151,7 +153,9 @@ class Run(BaseModel):
     stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
     status: RunStatus = "planned"
     parent_id: str | None = None
+    principal: str = Field(default=LOCAL_NAME, description="who started the run: only it (and admins) may see it")
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
+    trace_id: str | None = Field(default=None, description="its OpenTelemetry trace (32 hex digits), when traced")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     started_at: str | None = None
@@ -195,6 +199,7 @@ class Run(BaseModel):
             workspace=self.workspace,
             keep_workspaces=self.keep_workspaces,
             workers=self.workers,
+            principal=self.principal,
         )
 
     def follow(self, parent: Run, review: Step) -> None:

@@ -41,6 +41,7 @@ from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp_roots import caller_roots, context_with_files, workspace_of
 from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
+from conductor_mcp.doors.principals import access
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
     Detail,
@@ -138,7 +139,7 @@ class Door:
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
         it. `apply`: the run's final patch is applied to the caller's tree (see doors/patches.py)."""
         if not hand_over(run, detail):
-            run = await self.service.wait(
+            run = await access(self.service).wait(
                 run.id,
                 wait_seconds,
                 ProgressRelay(ctx),
@@ -217,7 +218,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 workers=workers,
                 workspace=where,
             )
-            run = door.service.start(request)
+            run = access(door.service).start(request)
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True, apply=apply)
 
 
@@ -252,7 +253,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
                 workers=workers,
                 workspace=where,
             )
-            run = await service.plan(request, on_event=ProgressRelay(ctx))
+            run = await access(service).plan(request, on_event=ProgressRelay(ctx))
             return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
@@ -272,7 +273,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = service.continue_run(run_id, feedback)
+            run = access(service).continue_run(run_id, feedback)
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed, apply=apply)
 
@@ -288,7 +289,7 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         status: Annotated[RunStatus | None, Field(description="Only runs in this status.")] = None,
     ) -> RunsResult:
         with conductor_errors():
-            return runs_result(service.list_runs(limit, status))
+            return runs_result(access(service).list_runs(limit, status))
 
     @server.tool(
         title="List pools of workers",
@@ -309,7 +310,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     )
     def run_resource(run_id: str) -> str:
         with conductor_errors(ResourceError):
-            return service.get_run(run_id).model_dump_json(indent=2)
+            return access(service).get_run(run_id).model_dump_json(indent=2)
 
     @server.resource(
         "conductor://runs/{run_id}/steps/{index}",
@@ -318,8 +319,9 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     )
     def step_resource(run_id: str, index: str) -> str:
         with conductor_errors(ResourceError):
-            messages = service.step_messages(run_id, index)  # an unknown run or step is named here
-            step = next(s for s in service.get_run(run_id).steps if s.key == index)
+            runs = access(service)
+            messages = runs.step_messages(run_id, index)  # an unknown (or another's) run or step is named here
+            step = next(s for s in runs.get_run(run_id).steps if s.key == index)
         return json.dumps({"record": step.model_dump(mode="json"), "messages": messages}, indent=2)
 
     @server.resource(
@@ -337,7 +339,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
     def review_run(run_id: str) -> str:
         with conductor_errors(ValueError):
-            run = service.get_run(run_id)
+            run = access(service).get_run(run_id)
         return (
             f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
             f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "
@@ -354,7 +356,7 @@ def _register_patch_resources(server: MCPServer, service: Service) -> None:
     )
     def diff_resource(run_id: str, index: str) -> str:
         with conductor_errors(ResourceError):
-            return step_change(service.get_run(run_id), index, "diff")
+            return step_change(access(service).get_run(run_id), index, "diff")
 
     @server.resource(
         "conductor://runs/{run_id}/steps/{index}/patch",
@@ -364,4 +366,4 @@ def _register_patch_resources(server: MCPServer, service: Service) -> None:
     )
     def patch_resource(run_id: str, index: str) -> str:
         with conductor_errors(ResourceError):
-            return step_change(service.get_run(run_id), index, "patch")
+            return step_change(access(service).get_run(run_id), index, "patch")

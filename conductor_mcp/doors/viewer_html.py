@@ -132,6 +132,7 @@ def run_body(run: Run, children: list[dict[str, Any]]) -> str:
 def _facts(run: Run, children: list[dict[str, Any]]) -> str:
     rows = [
         ("pool", _e(run.pool)),
+        ("started by", _e(run.principal)),
         ("conductor", _e(run.conductor_model)),
         ("created", _e(run.created_at)),
         ("started", _e(run.started_at or "")),
@@ -139,6 +140,8 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
     ]
     if run.workers is not None or run.worker_ids is not None:
         rows.append(("workers", _e(worker_choice(run))))
+    if run.trace_id:
+        rows.append(("trace", f'<code class="trace">{_e(run.trace_id)}</code>'))
     if run.parent_id:
         rows.append(("follow-up of", f'<a class="parent" href="{run_href(run.parent_id)}">{_e(run.parent_id)}</a>'))
     if children:

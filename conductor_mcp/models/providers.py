@@ -22,7 +22,7 @@ from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.core.pool import ModelSpec
-from conductor_mcp.core.records import Attempt
+from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
@@ -132,7 +132,7 @@ def sanitized(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float) -> Attempt:
+def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float, sent_at: str) -> Attempt:
     message = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {spec.timeout_s}s"
     return Attempt(
         model=spec.model,
@@ -140,6 +140,7 @@ def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: flo
         ok=False,
         error=sanitized(redact(message)[:500]),
         latency_s=round(time.perf_counter() - started, 4),
+        started_at=sent_at,
     )
 
 
@@ -285,13 +286,13 @@ class Providers:
             request.pop("tools", None)  # a base model continues text: it cannot call tools
         call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
         for attempt in range(spec.max_retries + 1):
-            started = time.perf_counter()
+            started, sent_at = time.perf_counter(), now("microseconds")  # spans of calls nest in their step's
             try:
                 async with self._limit(spec), asyncio.timeout(spec.timeout_s):
                     response = await call(**request)
                 answer = _answer(spec, response)  # a malformed 200 is a provider fault: retried, then a fallback
             except RETRYABLE as exc:
-                attempts.append(_failed(spec, label, exc, started))
+                attempts.append(_failed(spec, label, exc, started, sent_at))
                 if crash := await self._local_death(spec):  # a dead embedded server: say so, never retry it
                     attempts[-1].error = crash
                     raise ProviderError(f"{spec.model}: {crash}", attempts) from None
@@ -308,10 +309,12 @@ class Providers:
                 await asyncio.sleep(delay)
                 continue
             except API_ERRORS as exc:  # 4xx and the like: the same request would fail again
-                attempts.append(_failed(spec, label, exc, started))
+                attempts.append(_failed(spec, label, exc, started, sent_at))
                 raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
             latency = time.perf_counter() - started
-            attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
+            attempts.append(
+                Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4), started_at=sent_at)
+            )
             return _completion(spec, response, answer, latency, attempts)
         raise AssertionError("unreachable")  # the loop either returns or raises
 

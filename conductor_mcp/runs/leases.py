@@ -30,6 +30,11 @@ class Liveness(ABC):
     def is_alive(self, token: str | None) -> bool:
         """Whether the process holding `token` is still running."""
 
+    @abstractmethod
+    def live_count(self) -> int:
+        """How many processes hold a lease on this store now (replicas sharing PostgreSQL, or processes sharing a
+        state directory): what the metrics report as the replicas alive."""
+
 
 class Lease(Liveness):
     """This process's lease: taken on construction, released on close or process death."""
@@ -63,6 +68,9 @@ class FileLiveness(Liveness):
         with contextlib.suppress(OSError):
             path.unlink()  # a dead owner's lease file: tidy it away
         return False
+
+    def live_count(self) -> int:
+        return sum(1 for path in self.directory.glob("*.lock") if self.is_alive(path.stem))
 
 
 class FileLease(FileLiveness, Lease):

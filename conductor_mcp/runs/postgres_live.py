@@ -44,6 +44,10 @@ _HELD = (
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND classid::bigint = %s AND objid::bigint = %s)"
 )
+_LIVE = (  # every replica's lease: a bigint advisory lock (objsubid 1) held in this database
+    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 
 
 class AdvisoryLiveness(Liveness):
@@ -64,6 +68,11 @@ class AdvisoryLiveness(Liveness):
         with self.store.connection() as conn:
             row = conn.execute(_HELD, (key >> 32, key & 0xFFFFFFFF)).fetchone()
         return bool(row and row[0])
+
+    def live_count(self) -> int:
+        with self.store.connection() as conn:
+            row = conn.execute(_LIVE).fetchone()
+        return int(row[0]) if row else 0
 
 
 class AdvisoryLease(AdvisoryLiveness, Lease):

@@ -54,8 +54,8 @@ def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:
 
 
 _SAVE_RUN = (
-    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, principal, doc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
     "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
 )
 _SAVE_STEP = (
@@ -135,6 +135,7 @@ class SqliteStore(Store):
                 with contextlib.suppress(sqlite3.Error):  # a closed connection cannot even say whether it is in one
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
+                self.failures += 1
                 raise StoreError(_advice(self.path, exc, run_id)) from None
 
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
