@@ -196,6 +196,14 @@ def environment_value(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
+def proxy_configured() -> bool:
+    """Whether the environment names an HTTP proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, in either case), which
+    model calls then honour, NO_PROXY included."""
+    return any(
+        value and name.lower() in ("http_proxy", "https_proxy", "all_proxy") for name, value in os.environ.items()
+    )
+
+
 def child_environment(**extra: str) -> dict[str, str]:
     """The environment for a child process we start (a model server): ours, plus `extra`."""
     return {**os.environ, **extra}

@@ -1,17 +1,15 @@
 """The service: one lifespan that owns every run it starts. Plan, start, follow, continue and cancel runs.
 
-`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL)
-joins the replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the
-block cancels and awaits them all (runs still executing are recorded as interrupted, for any later process to
-resume). Requests arrive validated (`RunRequest`); every state change of a run is written to the store before
-the caller hears of it, so nothing already computed is lost.
+`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL) joins the
+replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the block cancels
+and awaits them all (runs still executing are recorded as interrupted, for a later process to resume). Requests arrive
+validated (`RunRequest`); every change of a run is stored before the caller hears of it, so nothing computed is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -26,7 +24,7 @@ from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
-from conductor_mcp.core.records import Run, ToolResult, now
+from conductor_mcp.core.records import Run, ToolResult, new_run_id, now
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
@@ -44,6 +42,7 @@ from conductor_mcp.runs.active import CANCEL_GRACE_S, ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.cancels import ask_to_cancel, serve_cancel_requests
 from conductor_mcp.runs.leases import Lease
+from conductor_mcp.runs.reclaim import Reclaimer
 from conductor_mcp.runs.store import Store
 from conductor_mcp.telemetry.observer import Telemetry
 
@@ -51,11 +50,6 @@ if TYPE_CHECKING:
     from conductor_mcp.runs.postgres_live import ProgressBus
 
 log = get_logger(__name__)
-
-
-def new_run_id() -> str:
-    """Random, not sequential: one user's run ids tell nothing about another's."""
-    return secrets.token_hex(8)
 
 
 class Service(RunReader):
@@ -90,6 +84,7 @@ class Service(RunReader):
             lease = open_lease(settings.state_dir, store)
             try:
                 service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                lease.when_regained(Reclaimer(store, service._active, lease.token, asyncio.get_running_loop()))
                 service.workspaces = await stack.enter_async_context(open_workspaces(settings))
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
                 try:
@@ -111,6 +106,7 @@ class Service(RunReader):
         if self._bus is not None:
             await self._bus.close()
         await anyio.to_thread.run_sync(self.telemetry.close)  # the spans of the runs just interrupted, sent
+        await self.providers.aclose()
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
@@ -293,7 +289,6 @@ class Service(RunReader):
     ) -> Run:
         """As RunReader.wait; if the waiting caller is cancelled, the run is cancelled too (its finished steps are
         kept) only with `cancel_on_exit`, which the caller that started the run passes; others just stop waiting."""
-        here = self._active.get(run_id)
         try:
             await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
         except asyncio.CancelledError:
@@ -301,7 +296,7 @@ class Service(RunReader):
                 with anyio.CancelScope(shield=True):
                     await self.cancel(run_id)
             raise
-        return here if here is not None and run_id not in self._active else self.get_run(run_id)
+        return self.get_run(run_id)  # as stored: here, or where another replica took it over (runs/reclaim.py)
 
     async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
         """Cancel a run wherever it executes, keeping its finished steps; a run that has ended stays as it is.

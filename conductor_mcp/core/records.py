@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import secrets
 from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
@@ -35,6 +36,11 @@ def messages_digest(messages: list[dict[str, Any]]) -> str:
 
 def now(timespec: str = "milliseconds") -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec=timespec)
+
+
+def new_run_id() -> str:
+    """Random, not sequential: one user's run ids tell nothing about another's."""
+    return secrets.token_hex(8)
 
 
 class Attempt(BaseModel):
