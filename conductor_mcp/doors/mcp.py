@@ -43,6 +43,7 @@ from conductor_mcp.core.request import (
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
+from conductor_mcp.doors.host_sampling import host_of
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
@@ -237,7 +238,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 files=file_refs,
                 workers=workers,
             )
-            run = door.service.start(request)
+            run = door.service.start(request, host=host_of(ctx))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
 
 
@@ -264,7 +265,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
             request = RunRequest.of(
                 task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workers=workers
             )
-            run = await service.plan(request, on_event=ProgressRelay(ctx))
+            run = await service.plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
             return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
@@ -283,7 +284,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = service.continue_run(run_id, feedback)
+            run = service.continue_run(run_id, feedback, host_of(ctx))
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed)
 

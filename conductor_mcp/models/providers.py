@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import random
 import re
 import time
@@ -21,10 +22,11 @@ import openai
 from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
-from conductor_mcp.core.pool import ModelSpec
+from conductor_mcp.core.host import HOST_MODEL, HostModel
+from conductor_mcp.core.pool import ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt
 from conductor_mcp.core.simulation import SimulationConfig
-from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
+from conductor_mcp.errors import HostDeclined, HostUnavailable, LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.models import local, sim
 from conductor_mcp.models.completion import completion_prompt, completion_stops, end_of_answer
@@ -186,6 +188,38 @@ def _completion(
     )
 
 
+async def _ask_host(
+    host: HostModel | None, spec: ModelSpec, messages: list[dict[str, Any]], label: str | None, attempts: list[Attempt]
+) -> Completion:
+    """One sampling request to the host's model under the worker's own deadline. Never retried (its user may
+    have declined it): a failure goes straight to the worker's fallbacks. Usage is what the host reported."""
+    started = time.perf_counter()
+    preferences = spec.preferences if isinstance(spec, WorkerSpec) else None
+    try:
+        if host is None:
+            raise HostUnavailable(
+                "no MCP session that answers sampling is attached to this run (it was started or resumed by a "
+                "client without the sampling capability): continue_workflow from one that has it"
+            )
+        async with asyncio.timeout(spec.timeout_s):
+            answer = await host.create_message(messages, spec.params, preferences)
+    except (HostUnavailable, HostDeclined, TimeoutError) as exc:
+        attempts.append(_failed(spec, label, exc, started))
+        raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
+    latency = time.perf_counter() - started
+    attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
+    return Completion(
+        text=redact_values(sanitized(answer.text)),
+        finish_reason=answer.stop_reason,
+        prompt_tokens=answer.prompt_tokens,
+        completion_tokens=answer.completion_tokens,
+        cost_usd=0.0,
+        latency_s=latency,
+        answered_by=f"{HOST_MODEL}/{sanitized(answer.model)}",
+        attempts=attempts,
+    )
+
+
 class Providers:
     """Model calls as this server is configured to make them: its retry backoff, its endpoints' concurrency
     limits, its local model servers and its overrides of the simulator. The service makes one (on its event loop)
@@ -199,6 +233,16 @@ class Providers:
         self.sim_call_log = settings.sim_call_log
         self.local = local.servers(settings.state_dir)
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+        self.host: HostModel | None = None  # answers `model: host` workers: see `hosted`
+
+    def hosted(self, host: HostModel | None) -> Providers:
+        """These providers for one run whose `model: host` workers `host` answers (the MCP session that asked for
+        it); the endpoints' limits and local servers stay shared."""
+        if host is None:
+            return self
+        bound = copy.copy(self)
+        bound.host = host
+        return bound
 
     def _limit(self, spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
         """The concurrency limit of the endpoint `spec` calls, as its pool entry declares it (simulated models are
@@ -237,6 +281,8 @@ class Providers:
         candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
         for position, (name, candidate) in enumerate(candidates):
             try:
+                if candidate.model == HOST_MODEL:
+                    return await _ask_host(self.host, candidate, messages, name, attempts)
                 return await self._call_with_retries(
                     candidate, messages, name, attempts, sim_call, response_format=response_format, tools=tools or None
                 )
