@@ -75,6 +75,11 @@ class Settings(BaseSettings):
         repr=False,
     )
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
+    workspace_dir: Path | None = Field(
+        default=None, description="where agent workspaces live (outside /tmp for Codex); unset: state_dir/workspaces"
+    )
+    max_agents: int = Field(default=4, ge=1, description="agent and tool-using steps running at once, in all runs")
+    workspace_disk_gib: float = Field(default=20.0, gt=0, description="disk all workspaces may take together, GiB")
 
     @field_validator("pool_path", "roots", mode="before")
     @classmethod
@@ -122,6 +127,10 @@ class Settings(BaseSettings):
     def file_roots(self) -> list[Path]:
         """Where `files` may be read from: a client's declared roots can only narrow these (context_files.py)."""
         return list(self.roots) or [Path.cwd()]
+
+    @property
+    def workspace_root(self) -> Path:
+        return (self.workspace_dir or self.state_dir / "workspaces").expanduser()
 
     @property
     def db_path(self) -> Path:

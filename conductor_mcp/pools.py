@@ -19,9 +19,12 @@ from conductor_mcp.agents.availability import unavailable_workers
 from conductor_mcp.config import environment_value
 from conductor_mcp.core.pool import Pool, parse_pool
 from conductor_mcp.errors import ModelNotFound, PoolError, RequestError
+from conductor_mcp.logs import get_logger
 from conductor_mcp.models import local
 
 MAX_POOL_FILE_BYTES = 1 << 20
+
+log = get_logger(__name__)
 
 
 def available_pools(search_dirs: list[Path]) -> dict[str, Path]:
@@ -165,6 +168,21 @@ def diagnose(search_dirs: list[Path]) -> list[Diagnosis]:
     return results
 
 
+def runnable(pool: Pool) -> Pool:
+    """The pool without its workers that cannot run on this machine (agent CLIs not installed, no bubblewrap for a
+    `run` tool), so the conductor is never offered them; the same pool when all can run. RequestError when none can."""
+    missing = unavailable_workers(pool)
+    if not missing:
+        return pool
+    kept = [worker for worker in pool.workers if worker.id not in missing]
+    if not kept:
+        raise RequestError(f"pool: no worker of pool {pool.name!r} can run here: {'; '.join(missing.values())}")
+    log.warning("workers_not_offered", pool=pool.name, workers=sorted(missing))
+    workers = [w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f not in missing]}) for w in kept]
+    default = pool.default_worker if pool.default_worker not in missing else kept[0].id
+    return pool.model_copy(update={"workers": workers, "default_worker": default})
+
+
 MODEL = "conductor"  # the OpenAI door's model name for the default pool; `conductor/<pool>` names any other
 
 
@@ -177,6 +195,7 @@ class PoolCatalog:
         self._default = default
         self._pools: dict[str, Pool] = {}
         self._digests: dict[str, tuple[Pool, str]] = {}  # pool name -> (the pool object, its digest)
+        self._runnable: dict[str, tuple[Pool, Pool]] = {}  # pool name -> (the pool, it without unavailable workers)
 
     def default_name(self) -> str:
         """CONDUCTOR_POOL, else the first pool whose API keys are all set, else the local pool."""
@@ -192,11 +211,15 @@ class PoolCatalog:
         return self._pools[key]
 
     def for_request(self, name: str | None) -> Pool:
-        """The pool a request names: an unusable name is the caller's error, named as its `pool` argument."""
+        """The pool a request names, without the workers that cannot run here (the conductor is not offered them):
+        an unusable name, or a pool none of whose workers can run, is the caller's error, named as `pool`."""
         try:
-            return self.get(name)
+            pool = self.get(name)
         except PoolError as exc:
             raise RequestError(f"pool: {exc}") from None
+        if pool.name not in self._runnable or self._runnable[pool.name][0] is not pool:
+            self._runnable[pool.name] = (pool, runnable(pool))
+        return self._runnable[pool.name][1]
 
     def register(self, pool: Pool) -> None:
         """Make a pool built in code available by its name."""

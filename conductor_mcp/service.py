@@ -13,17 +13,18 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import anyio
 
+from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
 from conductor_mcp.core.choice import allowed_ids, pool_view
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.host import HostModel
 from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
-from conductor_mcp.core.outcome import Stop, StopKind
+from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
 from conductor_mcp.core.records import Run, ToolResult, now
@@ -34,6 +35,7 @@ from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
+from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
 from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
@@ -50,13 +52,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-EndStatus = Literal["interrupted", "cancelled", "failed"]
-END_KINDS: dict[EndStatus, StopKind] = {
-    "interrupted": "interrupted",
-    "cancelled": "cancelled",
-    "failed": "internal_error",
-}
-
 
 def new_run_id() -> str:
     """Random, not sequential: one user's run ids tell nothing about another's."""
@@ -70,6 +65,7 @@ class Service(RunReader):
         self, settings: Settings, store: Store, lease: Lease, owner: TaskOwner, bus: ProgressBus | None
     ) -> None:
         super().__init__(settings, store, lease)
+        self.workspaces: Workspaces | None = None  # every agent workspace of every run (Service.open opens it)
         self._lease = lease
         self._owner = owner
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
@@ -88,10 +84,12 @@ class Service(RunReader):
         opened = store is None
         store = store or open_store(settings)
         owner = TaskOwner()
+        stack = contextlib.AsyncExitStack()  # closed last: the runs using the workspaces have ended by then
         try:
             lease = open_lease(settings.state_dir, store)
             try:
                 service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                service.workspaces = await stack.enter_async_context(open_workspaces(settings))
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
                 try:
                     yield service
@@ -101,6 +99,7 @@ class Service(RunReader):
             finally:
                 lease.close()
         finally:
+            await stack.aclose()
             if opened:
                 store.close()
 
@@ -125,6 +124,7 @@ class Service(RunReader):
             worker_ids=allowed_ids(pool, request.workers, sampling),
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
+            workspace=request.workspace, keep_workspaces=request.keep_workspaces,
         )  # fmt: skip
         return run, pool_view(pool, run.worker_ids)
 
@@ -326,10 +326,10 @@ class Service(RunReader):
         try:
             if run.workflow is None:
                 await self._conduct(run, pool, on_event)
-            executor = Executor(
-                pool, self._store, providers, on_event, self.settings.step_timeout_s, self.server_budget
-            )
-            await executor.execute(run)
+            async with workspace_steps(self.workspaces, run, pool, providers, self.settings) as steps:
+                timeout = self.settings.step_timeout_s
+                executor = Executor(pool, self._store, providers, on_event, timeout, self.server_budget, steps)
+                await executor.execute(run)
         except asyncio.CancelledError:
             if self._closing:
                 self._end(run, "interrupted", "the server stopped; continue_workflow resumes it")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_mcp.agents import git
-from conductor_mcp.agents.diffs import bounded_diff
-from conductor_mcp.core.agent_records import WorkspaceBase, WorkspaceDiff
+from conductor_mcp.agents.diffs import bounded_diff, changed_files
+from conductor_mcp.core.agent_records import FileChange, WorkspaceBase, WorkspaceDiff
 from conductor_mcp.errors import WorkspaceError
 from conductor_mcp.isolation import SANDBOX_UID
 
@@ -76,6 +76,18 @@ class Workspace:
         if len(data) > max_bytes:
             raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
         return data
+
+    def patch_from(self, origin: Workspace, max_bytes: int = PATCH_MAX_BYTES) -> tuple[bytes, list[FileChange]]:
+        """The whole change from `origin`'s base (the first workspace of the chain this one was derived from) to
+        this workspace's result, as `git apply` input, and the files it changes. Both stores are read together."""
+        new = self.snapshot()
+        store = self.store
+        if origin is not self:
+            store = git.Store(self.store.git_dir, [*self.store.borrowed, origin.store.git_dir / "objects"])
+        data = store.diff(origin.base.tree, new, "-p", "--binary", "--full-index")
+        if len(data) > max_bytes:
+            raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
+        return data, changed_files(store, origin.base.tree, new)
 
     def git_dir_entries(self) -> set[str]:
         """What the caller's .git holds where agents' sandboxes leave mount points (see `tidy_git_dir`)."""

@@ -86,3 +86,25 @@ class ToolUse(BaseModel):
     output: str
     error: bool = False
     latency_s: float = 0.0
+
+
+class StepWork(BaseModel):
+    """What a step that worked in a workspace left (an agent CLI or a model with workspace tools). `diff` is its
+    own change against its base, bounded (what people and later steps read); `patch` is the whole change from the
+    caller's tree (`origin`) to the step's result, for `apply`: the steps it built on included, binary files too."""
+
+    base: WorkspaceBase
+    origin: WorkspaceBase | None = Field(
+        default=None, description="the caller's tree the first workspace of the chain started from (None: `base`)"
+    )
+    agent: AgentRecord | None = None
+    tool_uses: list[ToolUse] = Field(default_factory=list)
+    diff: WorkspaceDiff | None = None
+    patch: str | None = Field(default=None, description="git apply input from `origin` to the result (None: none)")
+    patch_files: list[FileChange] = Field(default_factory=list, description="what `patch` changes")
+    patch_note: str | None = Field(default=None, description="why there is no patch, when there is a change")
+
+    @property
+    def root(self) -> WorkspaceBase:
+        """What `patch` applies to: the caller's tree as the chain found it."""
+        return self.origin or self.base

@@ -24,6 +24,12 @@ StopKind = Literal[
 ]
 LIMITS: frozenset[StopKind] = frozenset({"call_cap", "depth_cap", "token_budget", "usd_budget", "server_budget"})
 BUDGETS: frozenset[StopKind] = frozenset({"token_budget", "usd_budget", "server_budget"})
+EndStatus = Literal["interrupted", "cancelled", "failed"]  # how the service ends a run the engine did not finish
+END_KINDS: dict[EndStatus, StopKind] = {
+    "interrupted": "interrupted",
+    "cancelled": "cancelled",
+    "failed": "internal_error",
+}
 
 
 class Stop(BaseModel):

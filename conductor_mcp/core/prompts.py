@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from conductor_mcp.core.agent_records import StepWork
 from conductor_mcp.core.limits import MAX_SEEN_OUTPUT_CHARS
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.workflow import Step, Workflow
@@ -41,6 +42,7 @@ WORK_SO_FAR = "## The team's work so far"  # heads what the conductor sees when 
 YOUR_INSTRUCTION = "# Your instruction\n"
 TASK_HEADING = "# Task\n"
 TEAM_WORK = "# Work from your team that you may use"
+CHANGE_HEADING = "### What this step changed in its workspace (a diff against the files it started from)"
 # The workflow step of a tool turn; its worker's messages are its own conversation, continued with the results.
 TOOL_TURN_INSTRUCTION = "The client ran the tools you called; their results follow. Answer the task or call more tools."
 _WORKER_LINE = re.compile(r"^- ([A-Za-z0-9][A-Za-z0-9_.\-]*): (.+)$", re.MULTILINE)
@@ -215,6 +217,13 @@ def worker_messages(
         parts.append(f"{TEAM_WORK}\n\n" + "\n\n".join(seen))
     parts.append(f"{YOUR_INSTRUCTION}{step.instruction}")
     return [{"role": "user", "content": "\n\n".join(parts)}]
+
+
+def seen_output(output: str, work: StepWork | None) -> str:
+    """A step's answer as later steps see it: an agent's change to its workspace (its diff) follows its answer."""
+    if work is None or work.diff is None or not work.diff.text:
+        return output
+    return f"{output}\n\n{CHANGE_HEADING}\n{work.diff.text}"
 
 
 def cut_seen(output: str) -> str:

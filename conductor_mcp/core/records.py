@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
+from conductor_mcp.core.agent_records import StepWork
 from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
@@ -112,6 +113,7 @@ class StepRecord(CallUsage):
     stop: Stop | None = Field(
         default=None, description="the limit that held this step back (skipped) or cut its corrective workflow short"
     )
+    work: StepWork | None = Field(default=None, description="an agent's or tool-using model's workspace and change")
 
     @property
     def order(self) -> tuple[int, ...]:
@@ -142,6 +144,8 @@ class Run(BaseModel):
     max_steps: int
     budget: Budget = Field(default_factory=Budget)
     self_correct: bool = False
+    workspace: str | None = Field(default=None, description="the caller's repository agent steps work on")
+    keep_workspaces: bool = Field(default=False, description="leave the run's workspaces on disk for inspection")
     max_depth: int = 2
     max_calls: int = Field(default=10, description="most step and recursive conductor calls in the whole run")
     stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
@@ -188,6 +192,8 @@ class Run(BaseModel):
             self_correct=self.self_correct,
             files=tuple(self.files),
             tools=tuple(self.tools),
+            workspace=self.workspace,
+            keep_workspaces=self.keep_workspaces,
             workers=self.workers,
         )
 

@@ -114,6 +114,10 @@ class RunRequest(BaseModel):
     tools: tuple[dict[str, Any], ...] = Field(
         default=(), description="the client's function tools (chat format), for the final step"
     )
+    workspace: str | None = Field(
+        default=None, description="the caller's repository (an absolute path the door checked against the roots)"
+    )
+    keep_workspaces: bool = Field(default=False, description="leave agent workspaces on disk after the run")
     workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers (pool ids)")
 
     @field_validator("task")

@@ -16,13 +16,15 @@ from conductor_mcp.core.events import EventKind, ProgressCallback, ProgressEvent
 from conductor_mcp.core.limits import MAX_SEEN_OUTPUT_CHARS
 from conductor_mcp.core.outcome import Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
-from conductor_mcp.core.prompts import worker_messages
+from conductor_mcp.core.prompts import seen_output, worker_messages
 from conductor_mcp.core.records import Run, StepRecord, messages_digest, now
 from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimated_tokens
 from conductor_mcp.engine.events import emit
+from conductor_mcp.engine.step_errors import first_cause
+from conductor_mcp.engine.workspace_steps import WorkspaceSteps
 from conductor_mcp.errors import ProviderError, StoreError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers, price_per_token
@@ -53,6 +55,7 @@ class Executor:
         on_event: ProgressCallback | None = None,
         step_timeout_s: float = 600.0,
         server_budget: ServerBudget | None = None,
+        workspace_steps: WorkspaceSteps | None = None,
     ) -> None:
         self.pool = pool
         self.store = store
@@ -61,6 +64,7 @@ class Executor:
         self.on_event = on_event
         self.step_timeout_s = step_timeout_s
         self.server_budget = server_budget or ServerBudget()
+        self.workspace_steps = workspace_steps  # agents and tool-using models (None: the pool has none)
         self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
         self._positions: dict[str, int] = {}  # step key -> position in run.steps (and its order in the store)
         self._capped: Stop | None = None  # a depth cap met on the way: the run still ends with an answer
@@ -191,7 +195,7 @@ class Executor:
                         stop = _stop_of(record)
         except BaseExceptionGroup as group:  # a step raised: the group has cancelled its siblings
             self._skip(run, [records[i] for i in pending], Stop(kind="internal_error", detail="a step crashed"))
-            raise _first_cause(group) from None
+            raise first_cause(group) from None
         except asyncio.CancelledError:
             self._skip(run, [records[i] for i in pending], Stop(kind="cancelled", detail="run cancelled"))
             raise
@@ -211,7 +215,8 @@ class Executor:
         """Start every pending step whose inputs are done, unless a limit refuses its call: (started, that stop)."""
         started = 0
         for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
-            messages = self._messages(run, workflow, records[i], outputs)
+            shown = {j: seen_output(outputs[j], records[j].work) for j in workflow.steps[i].access}
+            messages = self._messages(run, workflow, records[i], shown)
             stop = self._over_budget(run, workflow.steps[i].worker, messages)
             if stop:
                 return started, stop
@@ -304,6 +309,13 @@ class Executor:
 
     async def _call_worker(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> None:
         worker = self.pool.get(record.worker_id)
+        if worker.needs_workspace():
+            if self.workspace_steps is None:
+                raise ProviderError(f"worker {worker.id!r} needs a workspace, and this server has none", [])
+            seen = [self._record(run, f"{record.parent}.{j}" if record.parent else str(j)) for j in record.access]
+            await self.workspace_steps.run(run, record, messages, [r for r in seen if r is not None])
+            record.status = "done"
+            return
         result = await self.providers.complete(
             worker,
             messages,
@@ -371,25 +383,6 @@ def _stop_of(record: StepRecord) -> Stop:
         return record.stop
     detail = f"step {record.key} ({record.worker_id}) failed: {record.error}"
     return Stop(kind="step_failed", detail=detail, step=record.key)
-
-
-def _first_cause(group: BaseExceptionGroup) -> BaseException:
-    """The error a task group gathered, unwrapped (nested groups from nested workflows included): a StoreError
-    first, since the run must then stop as interrupted; the rest are logged."""
-    leaves: list[BaseException] = []
-
-    def collect(error: BaseException) -> None:
-        if isinstance(error, BaseExceptionGroup):
-            for inner in error.exceptions:
-                collect(inner)
-        else:
-            leaves.append(error)
-
-    collect(group)
-    leaves.sort(key=lambda error: not isinstance(error, StoreError))
-    for other in leaves[1:]:
-        log.error("step_error_also_raised", error=f"{type(other).__name__}: {other}")
-    return leaves[0]
 
 
 def _standing_answer(access: list[int], index: int, outputs: dict[int, str]) -> str:

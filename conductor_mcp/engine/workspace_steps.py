@@ -1,0 +1,208 @@
+"""Steps whose worker works in a workspace: an agent CLI (agents/runner.py), or a model given workspace tools
+(agents/loop.py over agents/tools.py).
+
+Each such step gets its own workspace in the run's scope (agents/owner.py): a copy of the caller's repository, or,
+when it sees an earlier step that worked in a workspace, one that starts from that step's result (the latest such
+step it sees), so a second agent builds on the first one's work. The step's record keeps what the worker did
+(`StepWork`: the agent's record or the tool calls, its own diff, bounded, and the whole patch from the caller's tree
+to its result, for `apply`). A failure (the CLI missing, a non-zero exit, its deadline, a model that errs, a
+workspace that cannot be made) is retried once in a fresh workspace, then the worker's fallbacks are tried, each
+failure kept in the step's attempts; when all fail the step fails with the last error (the stderr tail included).
+The scope, and the workspaces in it, end with the run (`workspace_steps`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from conductor_mcp.agents.loop import tool_loop
+from conductor_mcp.agents.owner import RunWorkspaces, Workspaces
+from conductor_mcp.agents.runner import run_agent
+from conductor_mcp.agents.tools import WorkspaceTools
+from conductor_mcp.agents.workspace import Workspace
+from conductor_mcp.config import Settings
+from conductor_mcp.core.agent_records import AgentRecord, StepWork
+from conductor_mcp.core.pool import Pool, WorkerSpec
+from conductor_mcp.core.records import Attempt, Run, StepRecord
+from conductor_mcp.errors import AgentFailed, AgentUnavailable, ProviderError, WorkspaceError
+from conductor_mcp.logs import get_logger
+from conductor_mcp.models.providers import Providers
+
+log = get_logger(__name__)
+
+STORED_PATCH_MAX_BYTES = 4 * 2**20  # the whole patch kept in the step for `apply`; a bigger one is named, not kept
+DEADLINE_MARGIN_S = 5.0  # an agent's own deadline comes before the step's, so its stderr and diff are kept
+STDERR_IN_ERROR_CHARS = 1500
+
+
+class WorkspaceSteps:
+    """The workspace steps of one run: their workspaces (by step key) in the run's scope."""
+
+    def __init__(
+        self, scope: RunWorkspaces, source: Path, pool: Pool, providers: Providers, step_timeout_s: float
+    ) -> None:
+        self.scope, self.source, self.pool, self.providers = scope, source, pool, providers
+        self.deadline_s = max(1.0, step_timeout_s - DEADLINE_MARGIN_S)
+        self._by_step: dict[str, Workspace] = {}
+        self._origin: dict[str, Workspace] = {}  # workspace id -> the first workspace of its chain
+
+    async def run(self, run: Run, record: StepRecord, messages: list[dict[str, Any]], seen: list[StepRecord]) -> None:
+        """Carry out the step (filling its record), or ProviderError with every attempt when none succeeded."""
+        worker = self.pool.get(record.worker_id)
+        attempts: list[Attempt] = []
+        error = "no attempt made"
+        for candidate in [worker, *self.pool.fallbacks_of(worker)]:
+            tries = 2 if candidate.needs_workspace() else 1  # a model's retries happen inside the provider
+            for _ in range(tries):
+                started = time.perf_counter()
+                try:
+                    await self._attempt(run, record, candidate, messages, seen)
+                except (AgentFailed, AgentUnavailable, WorkspaceError, ProviderError) as exc:
+                    error = _described(exc)
+                    attempts += getattr(exc, "attempts", None) or [_attempt(candidate, error, started)]
+                    log.warning("workspace_step_attempt_failed", run_id=run.id, step=record.key, error=error)
+                    if isinstance(exc, AgentUnavailable | ProviderError):
+                        break  # trying it again here would not help
+                    continue
+                record.attempts = [*attempts, *(record.attempts or [_attempt(candidate, None, started)])]
+                return
+        raise ProviderError(error, attempts)
+
+    async def _attempt(
+        self, run: Run, record: StepRecord, worker: WorkerSpec, messages: list[dict[str, Any]], seen: list[StepRecord]
+    ) -> None:
+        record.attempts = []
+        if not worker.needs_workspace():  # a plain model as a fallback: no failed attempt's workspace stands
+            record.work = None
+            self._by_step.pop(record.key, None)
+            result = await self.providers.complete(
+                worker, messages, label=worker.id, metadata=run.metadata, simulation=self.pool.simulation
+            )
+            record.output, record.finish_reason, record.attempts = result.text, result.finish_reason, result.attempts
+            record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
+            record.cost_usd, record.latency_s = result.cost_usd, round(result.latency_s, 4)
+            record.answered_by = result.answered_by
+            return
+        workspace = await self._workspace(record, seen)
+        work = StepWork(base=workspace.base, origin=self._origin_of(workspace).base if workspace.base.parent else None)
+        record.work = work
+        try:
+            async with self.scope.owner.agent_slot():
+                if worker.agent is not None:
+                    await self._agent(record, worker, messages, workspace, work)
+                else:
+                    await self._tools(run, record, worker, messages, workspace, work)
+        except Exception:
+            with contextlib.suppress(WorkspaceError):  # what it changed is kept even when it failed
+                await self._keep_change(workspace, work)
+            raise
+        await self._keep_change(workspace, work)
+        record.answered_by = worker.model
+
+    async def _agent(
+        self,
+        record: StepRecord,
+        worker: WorkerSpec,
+        messages: list[dict[str, Any]],
+        workspace: Workspace,
+        work: StepWork,
+    ) -> None:
+        prompt = "\n\n".join(str(m.get("content") or "") for m in messages)
+        try:
+            agent = await run_agent(worker, prompt, workspace, timeout_s=min(worker.timeout_s, self.deadline_s))
+        except AgentFailed as exc:
+            if isinstance(exc.record, AgentRecord):
+                work.agent = exc.record
+            raise
+        work.agent = agent
+        record.output, record.finish_reason = agent.final_message, f"agent exited with status {agent.exit_status}"
+        record.prompt_tokens, record.completion_tokens = agent.prompt_tokens, agent.completion_tokens
+        record.cost_usd, record.latency_s = agent.cost_usd, agent.latency_s
+
+    async def _tools(
+        self,
+        run: Run,
+        record: StepRecord,
+        worker: WorkerSpec,
+        messages: list[dict[str, Any]],
+        workspace: Workspace,
+        work: StepWork,
+    ) -> None:
+        complete = functools.partial(
+            self.providers.complete, worker, label=worker.id, metadata=run.metadata, simulation=self.pool.simulation
+        )
+        started = time.perf_counter()
+        tools = WorkspaceTools(workspace, worker.tools, worker.sandbox)
+        result = await tool_loop(complete, messages, tools, max_turns=worker.max_tool_turns)
+        work.tool_uses = result.uses
+        record.output, record.finish_reason = result.answer, f"{result.ended} after {result.turns} turns"
+        record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
+        record.cost_usd, record.latency_s = result.cost_usd, round(time.perf_counter() - started, 4)
+
+    async def _workspace(self, record: StepRecord, seen: list[StepRecord]) -> Workspace:
+        """A fresh workspace for the step: from the latest seen step's workspace, else from the caller's tree."""
+        parents = [self._by_step[r.key] for r in sorted(seen, key=lambda r: r.order) if r.key in self._by_step]
+        if parents:
+            workspace = await self.scope.derive(parents[-1])
+            self._origin[workspace.id] = self._origin_of(parents[-1])
+        else:
+            workspace = await self.scope.create(self.source)
+            self._origin[workspace.id] = workspace
+        self._by_step[record.key] = workspace
+        return workspace
+
+    def _origin_of(self, workspace: Workspace) -> Workspace:
+        return self._origin.get(workspace.id, workspace)
+
+    async def _keep_change(self, workspace: Workspace, work: StepWork) -> None:
+        work.diff = await self.scope.diff(workspace)
+        if not work.diff.files:
+            return
+        patch, files = await asyncio.to_thread(workspace.patch_from, self._origin_of(workspace))
+        work.patch_files = files
+        if len(patch) > STORED_PATCH_MAX_BYTES:
+            work.patch_note = f"the patch is {len(patch)} bytes, over the {STORED_PATCH_MAX_BYTES} a run keeps"
+            return
+        try:
+            work.patch = patch.decode("utf-8")
+        except UnicodeDecodeError:
+            work.patch_note = "the patch holds text that is not UTF-8, which the run store cannot keep as it is"
+
+
+def _described(exc: Exception) -> str:
+    """A failure as the step's error: for an agent that ran, the end of what it wrote to stderr too."""
+    record = getattr(exc, "record", None)
+    tail = record.stderr_tail if isinstance(record, AgentRecord) else None
+    return f"{exc}; stderr: {tail[-STDERR_IN_ERROR_CHARS:]}" if tail else str(exc)
+
+
+def _attempt(worker: WorkerSpec, error: str | None, started: float) -> Attempt:
+    latency = round(time.perf_counter() - started, 4)
+    return Attempt(model=worker.model, worker=worker.id, ok=error is None, error=error, latency_s=latency)
+
+
+def open_workspaces(settings: Settings) -> Workspaces:
+    """The owner of every workspace the service makes (`async with` it for the service's life)."""
+    budget = int(settings.workspace_disk_gib * 2**30)
+    return Workspaces(settings.workspace_root, disk_budget_bytes=budget, max_agents=settings.max_agents)
+
+
+@contextlib.asynccontextmanager
+async def workspace_steps(
+    owner: Workspaces | None, run: Run, pool: Pool, providers: Providers, settings: Settings
+) -> AsyncIterator[WorkspaceSteps | None]:
+    """The run's workspace steps while it executes (None when its pool has no worker that needs a workspace); its
+    workspaces are removed when it ends, unless the run asked to keep them. The repository is the run's
+    `workspace`, else the operator's first root."""
+    if owner is None or not any(worker.needs_workspace() for worker in pool.workers):
+        yield None
+        return
+    source = Path(run.workspace) if run.workspace else settings.file_roots[0]
+    async with owner.run(run.id, keep=run.keep_workspaces) as scope:
+        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s)

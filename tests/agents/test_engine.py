@@ -1,0 +1,190 @@
+"""Agent steps through the engine: the service runs a workflow whose workers are a command agent (the simulator's
+agent, under bubblewrap) and model workers, each agent step in a workspace of the run's scope, the record and diff
+kept in the store, later steps shown the diff, a second agent building on the first one's result."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core.prompts import CHANGE_HEADING
+from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.models import sim_agent
+from conductor_mcp.service import Service
+from tests.agents.conftest import needs_bwrap
+from tests.agents.repos import fingerprint
+from tests.conftest import ask, sim_pool_doc, write_pool
+
+pytestmark = [pytest.mark.slow, needs_bwrap]  # starts processes (git, bubblewrap, the agent)
+
+
+def agent_pool(pool_dir: Path, **writer: Any) -> None:
+    doc = sim_pool_doc(name="agents", anonymize=False)
+    agent = {"cli": "command", "command": [sys.executable, sim_agent.__file__]}
+    doc["workers"] = [
+        {"id": "writer", "description": "writes files", "sandbox": "workspace-write", "agent": agent, **writer},
+        {"id": "second", "description": "writes more files", "sandbox": "workspace-write", "agent": agent},
+        {"id": "reader", "description": "reads files", "sandbox": "read-only", "agent": agent},
+        *doc["workers"],
+    ]
+    write_pool(pool_dir, doc)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path) -> Settings:
+    return Settings.from_env(
+        state_dir=tmp_path / "state", workspace_dir=agent_root, roots=(repo,)
+    ).with_pool_dirs_first(pool_dir)
+
+
+async def run_workflow(settings: Settings, steps: list[Step], **request: Any) -> Any:
+    async with Service.open(settings) as service:
+        started = service.start(ask("Add a feature.", pool="agents", **request), Workflow(steps=steps))
+        run = await service.wait(started.id, None)
+        stored = service.get_run(run.id)
+        messages = {s.key: service.step_messages(run.id, s.key) for s in stored.steps}
+        left = list(settings.workspace_root.rglob("feature.py"))
+    return stored, messages, left
+
+
+async def test_an_agent_writes_and_a_reviewer_sees_its_diff(settings: Settings, pool_dir: Path, repo: Path) -> None:
+    agent_pool(pool_dir)
+    before = fingerprint(repo)
+    run, messages, left = await run_workflow(
+        settings,
+        [
+            Step(worker="writer", instruction="sim-agent write feature.py: print(6 * 7)", access=[]),
+            Step(worker="gamma", instruction="Review the change.", access=[0]),
+        ],
+    )
+    assert run.status == "done", run.error
+    first, second = run.steps
+    assert first.work is not None and first.work.agent is not None
+    assert first.output == first.work.agent.final_message and "wrote feature.py" in first.output
+    assert [f.path for f in first.work.diff.files] == ["feature.py"] if first.work.diff else False
+    assert "+print(6 * 7)" in (first.work.patch or "") and first.work.patch_files[0].added == 1
+    assert first.work.agent.exit_status == 0 and first.work.agent.command_line
+    assert first.work.base.source == str(repo) and first.work.base.kind == "worktree"
+    shown = messages["1"][0]["content"]
+    assert CHANGE_HEADING in shown and "+print(6 * 7)" in shown  # the reviewer saw the agent's diff
+    assert second.work is None
+    assert fingerprint(repo) == before  # the caller's tree is untouched
+    assert left == []  # the run's workspaces went with it
+
+
+async def test_a_second_agent_builds_on_the_first_and_the_patch_holds_both(
+    settings: Settings, pool_dir: Path, repo: Path
+) -> None:
+    agent_pool(pool_dir)
+    run, _, _ = await run_workflow(
+        settings,
+        [
+            Step(worker="writer", instruction="sim-agent write feature.py: print(1)", access=[]),
+            Step(worker="second", instruction="sim-agent write more.py: print(2)", access=[0]),
+        ],
+    )
+    assert run.status == "done", run.error
+    first, second = (s.work for s in run.steps)
+    assert first is not None and second is not None and second.diff is not None
+    assert second.base.parent == first.base.id and second.root == first.base
+    assert [f.path for f in second.diff.files] == ["more.py"]  # its own work
+    assert sorted(f.path for f in second.patch_files) == ["feature.py", "more.py"]  # the chain's, for apply
+    assert "+print(1)" in (second.patch or "") and "+print(2)" in (second.patch or "")
+
+
+async def test_a_failing_agent_is_a_named_step_failure_with_its_stderr_retried_once(
+    settings: Settings, pool_dir: Path
+) -> None:
+    agent_pool(pool_dir)
+    run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction="sim-agent fail 3", access=[])])
+    assert run.status == "failed"
+    (step,) = run.steps
+    assert step.status == "failed" and "exited with status 3" in (step.error or "")
+    assert "sim-agent: failing as asked" in (step.error or "")  # the stderr tail
+    assert [a.ok for a in step.attempts] == [False, False]
+    assert step.work is not None and step.work.agent is not None and step.work.agent.exit_status == 3
+
+
+async def test_a_fallback_model_answers_when_the_agent_fails(settings: Settings, pool_dir: Path) -> None:
+    agent_pool(pool_dir, fallbacks=["gamma"])
+    run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction="sim-agent fail 3", access=[])])
+    assert run.status == "done", run.error
+    (step,) = run.steps
+    assert [a.ok for a in step.attempts] == [False, False, True] and step.work is None
+
+
+async def test_a_read_only_agent_cannot_write(settings: Settings, pool_dir: Path, repo: Path) -> None:
+    agent_pool(pool_dir)
+    before = fingerprint(repo)
+    run, _, _ = await run_workflow(settings, [Step(worker="reader", instruction="sim-agent write x.py: 1", access=[])])
+    (step,) = run.steps
+    assert "Read-only file system" in (step.output or "")
+    assert step.work is not None and step.work.diff is not None and step.work.diff.files == []
+    assert step.work.patch is None and fingerprint(repo) == before
+
+
+async def test_kept_workspaces_stay_for_inspection(settings: Settings, pool_dir: Path) -> None:
+    agent_pool(pool_dir)
+    steps = [Step(worker="writer", instruction="sim-agent write feature.py: print(1)", access=[])]
+    run, _, left = await run_workflow(settings, steps, keep_workspaces=True)
+    assert run.status == "done" and len(left) == 1 and left[0].read_text() == "print(1)\n"
+
+
+async def test_a_worker_that_cannot_run_here_is_not_offered(settings: Settings, pool_dir: Path) -> None:
+    doc = sim_pool_doc(name="agents", anonymize=False)
+    missing = {"cli": "command", "command": ["/nonexistent/agent-cli"]}
+    doc["workers"] = [{"id": "ghost", "description": "missing", "agent": missing}, *doc["workers"]]
+    write_pool(pool_dir, doc)
+    async with Service.open(settings) as service:
+        pool = service.pools.for_request("agents")
+        assert [w.id for w in pool.workers] == ["alpha", "beta", "gamma"]
+        run = await service.orchestrate(ask("What is 2 + 2?", pool="agents"))
+    assert run.status == "done" and all(s.worker_id != "ghost" for s in run.steps)
+
+
+async def test_the_agent_record_and_diff_round_trip_in_postgresql(
+    settings: Settings, pool_dir: Path, postgres_url: str
+) -> None:
+    agent_pool(pool_dir)
+    on_postgres = settings.model_copy(update={"database_url": postgres_url})
+    steps = [Step(worker="writer", instruction="sim-agent write feature.py: print('\\x00 nul')", access=[])]
+    run, _, _ = await run_workflow(on_postgres, steps)
+    (step,) = run.steps
+    assert run.status == "done" and step.work is not None and step.work.agent is not None
+    assert step.work.diff is not None and [f.path for f in step.work.diff.files] == ["feature.py"]
+    assert step.work.agent.command_line and "feature.py" in (step.work.patch or "")
+
+
+def agent_processes(root: Path) -> list[int]:
+    """Live processes whose HOME is a workspace's home under `root` (what an agent left running)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            status = (proc / "status").read_text() if environ else ""
+        except OSError:
+            continue
+        if any(e.startswith(f"HOME={root}".encode()) for e in environ) and "\nState:\tZ" not in status:
+            found.append(int(proc.name))
+    return found
+
+
+async def test_cancelling_the_run_kills_the_agent_and_all_it_started(settings: Settings, pool_dir: Path) -> None:
+    agent_pool(pool_dir)
+    async with Service.open(settings) as service:
+        steps = [Step(worker="writer", instruction="sim-agent spawn 120\nsim-agent sleep 120", access=[])]
+        started = service.start(ask("Hang.", pool="agents"), Workflow(steps=steps))
+        for _ in range(200):
+            if agent_processes(settings.workspace_root):
+                break
+            await asyncio.sleep(0.05)
+        assert agent_processes(settings.workspace_root), "the agent never started"
+        run = await service.cancel(started.id)
+        assert run.status == "cancelled" and run.steps[0].status == "cancelled"
+        assert agent_processes(settings.workspace_root) == []
+    assert list(settings.workspace_root.rglob("home")) == []
