@@ -11,7 +11,8 @@ import sys
 
 from conductor_mcp.errors import ConductorError
 from conductor_mcp.learning.card import summary
-from conductor_mcp.learning.training import parse_args, train
+from conductor_mcp.learning.train_options import parse_args
+from conductor_mcp.learning.training import train
 
 
 def train_and_report(args: argparse.Namespace, program: str) -> int:

@@ -284,23 +284,24 @@ class Pool(BaseModel):
         """The workers that are agent CLIs."""
         return [w for w in self.workers if w.agent is not None]
 
-    def only(self, worker_ids: list[str], name: str | None = None) -> Pool:
-        """The pool with just these workers (pool order kept): fallbacks and the default worker stay inside them."""
+    def only(self, worker_ids: list[str], name: str | None = None, given_order: bool = False) -> Pool:
+        """The pool with just these workers (pool order kept, or theirs with `given_order`): fallbacks and the
+        default worker stay inside them."""
         kept = set(worker_ids)
-        workers = [
-            w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]})
-            for w in self.workers
-            if w.id in kept
-        ]
+        chosen = [self.get(i) for i in worker_ids] if given_order else [w for w in self.workers if w.id in kept]
+        workers = [w.model_copy(update={"fallbacks": [f for f in w.fallbacks if f in kept]}) for w in chosen]
         default = self.default_worker if self.default_worker in kept else workers[0].id
         return self.model_copy(update={"name": name or self.name, "workers": workers, "default_worker": default})
 
-    def sample(self, k: int, seed: int) -> Pool:
-        """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training)."""
+    def sample(self, k: int, seed: int | str, permute: bool = False) -> Pool:
+        """A random k-of-n sub-pool, reproducible from the seed (the paper randomises pools in training). With
+        `permute`, its workers come in random order, so an anonymised pool's `model_i` names a different worker
+        from draw to draw and a conductor must read the descriptions to know who is who."""
         if not 1 <= k <= len(self.workers):
             raise PoolError(f"sub-pool size must be between 1 and {len(self.workers)}, got {k}")
-        chosen = sorted(random.Random(seed).sample(range(len(self.workers)), k))
-        return self.only([self.workers[i].id for i in chosen], name=f"{self.name}[k={k},seed={seed}]")
+        chosen = random.Random(seed).sample(range(len(self.workers)), k)
+        name = f"{self.name}[k={k},seed={seed}{',permuted' if permute else ''}]"
+        return self.only([self.workers[i].id for i in (chosen if permute else sorted(chosen))], name, permute)
 
 
 def mask_values(value: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DIFFICULTY = {"easy": (0.5, 0.5), "medium": (1.0, 1.0), "hard": (2.0, 0.75)}  # (token factor, skill factor)
+DIFFICULTY = {"easy": (0.5, 0.5), "medium": (1.0, 1.0), "hard": (2.0, 0.75), "expert": (2.5, 0.55)}  # (tokens, skill)
 
 
 class SimWorkerProfile(BaseModel):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ def write_card(
     evaluation: dict[str, Any],
     sft_losses: list[float],
     wall: dict[str, float],
+    rollouts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The adapter's card (card.json, README.md) and reward curve, written next to it; returns the card."""
     card = {
@@ -57,7 +60,8 @@ def write_card(
         "pool_digest": pool.digest(),
         "data": args.dataset or f"simulated x{args.sim_tasks} (seed {args.seed})",
         "steps": args.steps,
-        "recipe": {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()},
+        "steps_done": len(losses),
+        "recipe": recipe(args),
         "conductor_prompt": pool.conductor.prompt,
         "lora_r": args.lora_r,
         "reward_curve": curve,
@@ -66,6 +70,7 @@ def write_card(
         "sft_losses": sft_losses,
         "held_out": evaluation,
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
+        "rollouts": rollouts or [],
     }
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
     plot_curve(curve, args.out / "reward_curve.png", sft_losses)
@@ -79,7 +84,7 @@ def write_card(
     )
     (args.out / "README.md").write_text(
         f"# Conductor adapter\n\nBase model `{card['base_model']}`, LoRA r={args.lora_r}, trained with {warm}GRPO for "
-        f"{args.steps} steps on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
+        f"{len(losses)} steps (of {args.steps}) on pool `{pool.name}` ({card['data']}).\n\nMean reward: first fifth "
         f"{sum(first) / len(first):.3f}, last fifth {sum(last) / len(last):.3f} (reward_curve.png).\n\n"
         f"{held_out_summary(evaluation)}"
         f"Serve it: `python tools/serve_conductor.py --model {card['base_model']} --lora conductor={card['adapter']}`, "
@@ -89,11 +94,40 @@ def write_card(
     return card
 
 
+def rollout_stats(
+    completions: list[Any], tasks: list[dict[str, Any]], outcomes: list[Any], group: int
+) -> dict[str, Any]:
+    """One reward call's rollouts in numbers: the reward's spread within each group (no spread, no gradient),
+    how many distinct completions each group wrote, and the most written ones."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    rewards = [o.reward for o in outcomes]
+    groups = [range(start, start + group) for start in range(0, len(texts), group)]
+    spreads = [statistics.pstdev([rewards[i] for i in g]) for g in groups]
+    distinct = [len({texts[i].strip() for i in g}) for g in groups]
+    common = Counter(t.strip()[:60] for t in texts).most_common(5)
+    return {
+        "mean": statistics.fmean(rewards),
+        "group_std": statistics.fmean(spreads),
+        "flat_groups": sum(s == 0 for s in spreads),
+        "groups": len(groups),
+        "distinct_per_group": statistics.fmean(distinct),
+        "well_formed": statistics.fmean(o.well_formed for o in outcomes),
+        "correct": statistics.fmean(o.correct for o in outcomes),
+        "tasks": sorted({t["id"] for t in tasks}),
+        "most_written": [[text, n] for text, n in common],
+    }
+
+
+def recipe(args: argparse.Namespace) -> dict[str, Any]:
+    """A run's options as its card records them (paths portable)."""
+    return {k: (_portable(v) if k in ("base_model", "out") else v) for k, v in vars(args).items()}
+
+
 def held_out_summary(evaluation: dict[str, Any]) -> str:
     """Markdown lines comparing the greedy policy on held-out tasks before and after training."""
     if not evaluation:
         return ""
-    lines = [f"Greedy workflows on {evaluation['before']['tasks']} held-out tasks:\n"]
+    lines = [f"Greedy workflows on {next(iter(evaluation.values()))['tasks']} held-out tasks:\n"]
     names = {"before": "untrained", "after_sft": "after the SFT warm start", "after": "after GRPO"}
     for when, name in names.items():
         if when not in evaluation:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conductor_mcp.config import builtin_pool_dir, environment_value
 from conductor_mcp.errors import ConductorError
-from conductor_mcp.learning import training
+from conductor_mcp.learning import train_options, training
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.pools import load_pool
 
@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, argpa
         values[f"--{name}"] = value
     train_argv = [*(x for k, v in values.items() for x in (k, v)), "--use-vllm", "--out", own.out]
     train_argv += [x for path in own.dataset for x in ("--dataset", path)]
-    return own, training.parse_args(train_argv)
+    return own, train_options.parse_args(train_argv)
 
 
 def package_problems() -> list[str]:
@@ -106,7 +106,7 @@ def _reachable(base: str) -> bool:
 
 def data_problems(args: argparse.Namespace) -> list[str]:
     try:
-        tasks = training.training_tasks(args)
+        tasks = train_options.training_tasks(args)
     except (ConductorError, OSError, ValueError) as exc:
         return [f"dataset: {exc}"]
     problems = [] if len(tasks) >= args.questions else [f"dataset: {len(tasks)} tasks, fewer than --questions"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import training, warm_start
+from conductor_mcp.learning import train_options, training, warm_start
 from conductor_mcp.pools import load_pool
 
 CONTINUATIONS = {"another step": "},", "end": "}]}"}  # after the first step's `"access": [...]`
@@ -65,12 +65,12 @@ def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tasks = training.held_out_tasks(args)
+    tasks = train_options.held_out_tasks(args)
     if not tasks:
         raise RequestError(f"{run_dir}: the run has no held-out tasks (--eval-tasks or --eval-dataset)")
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     pool = load_pool(args.pool, [builtin_pool_dir()])
-    rows, pools = training.build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+    rows, pools = training.build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
     contexts = [
         row["prompt"] + first_step_prefix(pools[row["pool_name"]], task, args.max_steps_per_workflow)
         for row, task in zip(rows, tasks, strict=True)

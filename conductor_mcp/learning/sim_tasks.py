@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -66,4 +68,74 @@ def structured_task_set(n: int, seed: int = 0, domains: Sequence[str] = SIM_DOMA
     return tasks
 
 
-SIM_SETS = {"plain": task_set, "structured": structured_task_set}
+COMPOSED_DOMAINS = ("math", "code", "science", "general", "law", "medicine")
+COMPOSED_DIFFICULTIES = ("easy", "medium", "hard", "expert")
+COMPOSED_PITFALLS = (
+    *PITFALLS,
+    "overflow",
+    "precedence",
+    "ambiguity",
+    "base rate",
+    "double counting",
+    "time zone",
+)
+HELD_OUT_SHARE = 4  # one template in this many is held out: never drawn for training
+
+
+def template_of(task: dict[str, Any]) -> tuple[str, str, str]:
+    """A composed task's template: (domain, difficulty, pitfall)."""
+    return task["domain"], task["difficulty"], task["pitfall"]
+
+
+def held_out_template(template: tuple[str, str, str]) -> bool:
+    """Whether a (domain, difficulty, pitfall) template belongs to the held-out split (a fixed hash, no seed)."""
+    digest = hashlib.sha256("\x1f".join(template).encode()).digest()
+    return digest[0] % HELD_OUT_SHARE == 0
+
+
+def composed_templates(held_out: bool) -> list[tuple[str, str, str]]:
+    """Every template of one split: the composed space is 6 domains x 4 difficulties x 12 pitfalls = 288."""
+    every = itertools.product(COMPOSED_DOMAINS, COMPOSED_DIFFICULTIES, COMPOSED_PITFALLS)
+    return [t for t in every if held_out_template(t) == held_out]
+
+
+def composed_task_set(
+    n: int, seed: int = 0, domains: Sequence[str] = COMPOSED_DOMAINS, held_out: bool = False
+) -> list[dict[str, Any]]:
+    """Tasks of the composed testbed (pool sim-composed): domain, difficulty and pitfall drawn independently from
+    the templates of one split, so no held-out task shares a template, a question or a draw with a training task.
+
+    Training questions are numbered `train-SEED-i`, held-out ones `held-out-SEED-i`: the texts differ, and the
+    simulator seeds every draw by the prompt text, so the two splits never share a draw either.
+    """
+    rng = random.Random(f"composed:{held_out}:{seed}")
+    templates = [t for t in composed_templates(held_out) if t[0] in domains]
+    split = "held-out" if held_out else "train"
+    tasks = []
+    for i in range(n):
+        domain, difficulty, pitfall = rng.choice(templates)
+        task_id = f"{split}-{seed}-{i}"
+        task: dict[str, Any] = {"id": task_id, "domain": domain, "difficulty": difficulty, "pitfall": pitfall}
+        head = f"{difficulty.capitalize()} {domain} task {task_id}. Pitfall: {pitfall}."
+        if domain == "math":
+            task |= {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": f"{head} Compute the value."}
+        else:
+            task |= {
+                "type": "multiple_choice",
+                "answer": rng.choice("ABCD"),
+                "choices": list("ABCD"),
+                "question": f"{head} Choose A, B, C or D.",
+            }
+        tasks.append(task)
+    return tasks
+
+
+def held_out_set(name: str, n: int, seed: int, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The held-out tasks of a sim set: the composed set's held-out templates, or (plain, structured) another seed."""
+    if name == "composed":
+        return composed_task_set(n, seed, domains or COMPOSED_DOMAINS, held_out=True)
+    return SIM_SETS[name](n, seed + 1, *([domains] if domains else []))
+
+
+SIM_SETS = {"plain": task_set, "structured": structured_task_set, "composed": composed_task_set}
+SET_DOMAINS = {"plain": SIM_DOMAINS, "structured": SIM_DOMAINS, "composed": COMPOSED_DOMAINS}

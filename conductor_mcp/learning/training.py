@@ -43,10 +43,11 @@ from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import card, datasets, warm_start
+from conductor_mcp.learning import card, decisions, warm_start
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
-from conductor_mcp.learning.sim_tasks import SIM_DOMAINS, SIM_SETS
+from conductor_mcp.learning.subpools import held_out_pool, training_pool, training_pools, worker_order
+from conductor_mcp.learning.train_options import held_out_tasks, training_tasks
 from conductor_mcp.logs import configure_logging
 from conductor_mcp.pools import load_pool
 from conductor_mcp.service import Service
@@ -54,82 +55,6 @@ from conductor_mcp.service import Service
 T = TypeVar("T")
 WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'
 WORKER_SUFFIX = '", "instruction": "Solve the task and state the final answer.", "access": []}]}'
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--base-model", default="Qwen/Qwen2.5-7B-Instruct", help="HF id or local folder")
-    parser.add_argument("--pool", default="sim", help="pool name or YAML path the conductor learns to use")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--dataset", action="append", help="JSONL task file(s) (datasets.py); repeatable")
-    source.add_argument("--sim-tasks", type=int, help="generate this many simulator tasks instead")
-    parser.add_argument("--sim-domains", default=",".join(SIM_DOMAINS), help="domains of the simulator tasks")
-    parser.add_argument("--sim-set", choices=sorted(SIM_SETS), default="plain",
-                        help="structured: the testbed's tasks (pool sim-structured)")  # fmt: skip
-    parser.add_argument("--eval-tasks", type=int, default=0, help="with --sim-tasks: held-out tasks to score")
-    parser.add_argument("--eval-dataset", action="append", help="held-out JSONL task file(s)")
-    parser.add_argument("--subpool-k", type=int, default=0, help="random k-of-n workers per prompt (0: all)")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--questions", type=int, default=4, help="questions per step")
-    parser.add_argument("--group-size", type=int, default=64, help="rollouts per question (GRPO group)")
-    parser.add_argument("--grad-accum", type=int, default=1,
-                        help="score a step's rollouts in N slices: the same update, 1/N the memory")  # fmt: skip
-    parser.add_argument("--lr", type=float, default=1e-6)
-    parser.add_argument("--beta", type=float, default=0.0,
-                        help="KL coefficient (paper: none); with --sft-steps, KL to the warm start")  # fmt: skip
-    parser.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus: keeps small groups exploring")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-completion-length", type=int, default=1024)
-    parser.add_argument("--max-steps-per-workflow", type=int, default=5)
-    parser.add_argument("--lora-r", type=int, default=16)
-    parser.add_argument("--lora-alpha", type=int, default=32)
-    parser.add_argument("--recursion-steps", type=int, default=0, help="final steps with the conductor in its pool")
-    parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
-    parser.add_argument("--completion", choices=["workflow", "worker"], default="workflow")
-    parser.add_argument(
-        "--sft-steps", type=int, default=0, help="warm start: SFT steps on the sim conductor's workflows"
-    )
-    parser.add_argument("--sft-lr", type=float, default=2e-4)
-    parser.add_argument("--sft-batch", type=int, default=8)
-    parser.add_argument("--sft-first-step-too", action="store_true",
-                        help="also imitate the first step alone of multi-step workflows (GRPO picks)")  # fmt: skip
-    parser.add_argument("--eval-warm-start", action="store_true", help="also score the held-out tasks after SFT")
-    parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; TRL's colocate mode)")
-    parser.add_argument("--unsafe-local-exec", action="store_true",
-                        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)")  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    if not args.dataset and not args.sim_tasks:
-        parser.error("give --dataset or --sim-tasks")
-    args.sim_domains = args.sim_domains.split(",")
-    unknown = sorted(set(args.sim_domains) - set(SIM_DOMAINS))
-    if unknown:
-        parser.error(f"--sim-domains: unknown {unknown}; the simulator's domains are {list(SIM_DOMAINS)}")
-    if args.grad_accum < 1 or (args.questions * args.group_size) % args.grad_accum:
-        parser.error(f"--grad-accum must divide the step's {args.questions * args.group_size} rollouts")
-    if args.eval_tasks and not args.sim_tasks:
-        parser.error("--eval-tasks draws held-out simulated tasks; with --dataset give --eval-dataset instead")
-    return args
-
-
-def training_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    if args.sim_tasks:
-        return SIM_SETS[args.sim_set](args.sim_tasks, args.seed, args.sim_domains)
-    return _load_all(args.dataset)
-
-
-def held_out_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Tasks the policy never trains on: simulated ones from another seed, or --eval-dataset."""
-    if args.eval_dataset:
-        return _load_all(args.eval_dataset)
-    if args.sim_tasks and args.eval_tasks:
-        return SIM_SETS[args.sim_set](args.eval_tasks, args.seed + 1, args.sim_domains)
-    return []
-
-
-def _load_all(paths: list[str]) -> list[dict[str, Any]]:
-    return [task for path in paths for task in datasets.load(path)]
 
 
 def prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -147,29 +72,42 @@ def prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 
 
 def build_rows(
-    args: argparse.Namespace, pool: Pool, tokenizer: Any, tasks: list[dict[str, Any]], count: int, recursion_rows: int
+    args: argparse.Namespace,
+    pool: Pool,
+    tokenizer: Any,
+    tasks: list[dict[str, Any]],
+    count: int,
+    recursion_rows: int,
+    held_out: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Pool]]:
-    """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name."""
+    """One row per rollout group: the prompt text (chat template applied), the task and its sub-pool's name.
+
+    Held-out rows draw their sub-pools from their own seeds, and never a worker order any training row has."""
     pools: dict[str, Pool] = {}
     rows = []
+    seen = {worker_order(p) for p in training_pools(args, pool, count)} if held_out and args.subpool_k else set()
     for i in range(count):
         task = tasks[i % len(tasks)]
-        sub = pool.sample(args.subpool_k, seed=args.seed * 100_003 + i) if args.subpool_k else pool
+        sub = held_out_pool(args, pool, task, seen) if held_out else training_pool(args, pool, i)
         if i >= count - recursion_rows:
             sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
         pools[sub.name] = sub
-        messages = prompts.conductor_messages(sub, args.max_steps_per_workflow, task["question"], None)
-        text = prompt_text(tokenizer, messages)
-        if args.completion == "worker":
-            text += WORKER_PREFILL
+        if args.completion == "decisions":
+            text = prompt_text(tokenizer, decisions.messages(sub, task["question"])) + decisions.PREFILL
+        else:
+            messages = prompts.conductor_messages(sub, args.max_steps_per_workflow, task["question"], None)
+            text = prompt_text(tokenizer, messages) + (WORKER_PREFILL if args.completion == "worker" else "")
         rows.append({"prompt": text, "task": json.dumps(task), "pool_name": sub.name})
     return rows, pools
 
 
-def completion_text(args: argparse.Namespace, completion: Any) -> str:
+def completion_text(args: argparse.Namespace, completion: Any, pool: Pool, task: dict[str, Any]) -> str:
+    """A completion as the workflow the reward runs (the encodings that write only part of it are filled in)."""
     text = completion if isinstance(completion, str) else completion[0]["content"]
     if args.completion == "worker":  # the policy wrote the worker id: close the one-step workflow around it
         return WORKER_PREFILL + text.split('"', 1)[0].strip() + WORKER_SUFFIX
+    if args.completion == "decisions":
+        return decisions.completion_workflow(text, pool, task)
     return text
 
 
@@ -188,9 +126,11 @@ class Scorer:
         self._lifespan = contextlib.AsyncExitStack()  # the service lives on the scorer's loop until close()
         service = self._on_loop(self._lifespan.enter_async_context(Service.open(settings)))
         self.reward = WorkflowReward(
-            service, args.max_steps_per_workflow, cost_weight=args.cost_weight,
+            service,
+            args.max_steps_per_workflow,
+            cost_weight=args.cost_weight,
             allow_unsafe_local_exec=args.unsafe_local_exec,
-        )  # fmt: skip
+        )
 
     def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
@@ -204,6 +144,28 @@ class Scorer:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+class RewardFunction:
+    """TRL's reward function: run each completion's workflow and score its answer; it keeps the reward curve and,
+    per call, what the rollouts wrote and how their rewards spread within each group."""
+
+    def __init__(self, args: argparse.Namespace, scorer: Scorer, pools: dict[str, Pool]) -> None:
+        self.args, self.scorer, self.pools = args, scorer, pools
+        self.curve: list[float] = []
+        self.rollouts: list[dict[str, Any]] = []
+        self.__name__ = "workflow_reward"  # TRL names the reward in its logs
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str], **_: Any
+    ) -> list[float]:
+        tasks, pools = [json.loads(t) for t in task], [self.pools[n] for n in pool_name]
+        texts = [completion_text(self.args, c, p, t) for c, p, t in zip(completions, pools, tasks, strict=True)]
+        outcomes = self.scorer(texts, tasks, pools)
+        scores = [o.reward for o in outcomes]
+        self.curve.append(sum(scores) / len(scores))
+        self.rollouts.append(card.rollout_stats(completions, tasks, outcomes, self.args.group_size))
+        return scores
+
+
 def greedy_completions(
     args: argparse.Namespace, model: Any, tokenizer: Any, prompts: list[str]
 ) -> list[dict[str, Any]]:
@@ -213,36 +175,48 @@ def greedy_completions(
     done: list[dict[str, Any]] = []
     model.eval()
     for start in range(0, len(prompts), 16):
-        batch = tokenizer(prompts[start : start + 16], return_tensors="pt", padding=True,
-                          padding_side="left").to(model.device)  # fmt: skip
+        batch = tokenizer(prompts[start : start + 16], return_tensors="pt", padding=True, padding_side="left").to(
+            model.device
+        )
         with torch.no_grad():
             out = model.generate(
                 **batch, max_new_tokens=args.max_completion_length, do_sample=False, use_cache=True
             )  # trainers may have turned the cache off
         new = out[:, batch["input_ids"].shape[1] :]
         written = (new != tokenizer.pad_token_id).sum(dim=1).tolist()
-        for text, n_in, n_out in zip(tokenizer.batch_decode(new, skip_special_tokens=True),
-                                     batch["attention_mask"].sum(dim=1).tolist(), written, strict=True):  # fmt: skip
+        for text, n_in, n_out in zip(
+            tokenizer.batch_decode(new, skip_special_tokens=True),
+            batch["attention_mask"].sum(dim=1).tolist(),
+            written,
+            strict=True,
+        ):
             done.append({"completion": text, "prompt_tokens": int(n_in), "completion_tokens": int(n_out)})
     model.train()
     return done
 
 
 def evaluate_policy(
-    args: argparse.Namespace, model: Any, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], scorer: Scorer,
+    args: argparse.Namespace,
+    model: Any,
+    tokenizer: Any,
+    pool: Pool,
+    tasks: list[dict[str, Any]],
+    scorer: Scorer,
     label: str,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Score the policy's greedy workflow for each held-out task: what it learned, without sampling luck.
 
     The completions go to OUT/held_out_<label>.jsonl, which tools/evaluate.py --workflows scores beside the baselines.
     """
-    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
+    subs = [pools[r["pool_name"]] for r in rows]
     written = greedy_completions(args, model, tokenizer, [r["prompt"] for r in rows])
-    completions = [completion_text(args, w["completion"]) for w in written]
-    outcomes = scorer(completions, tasks, [pools[r["pool_name"]] for r in rows])
-    with (args.out / f"held_out_{label}.jsonl").open("w") as sink:
-        for task, w, text in zip(tasks, written, completions, strict=True):
-            sink.write(json.dumps({"task_id": task["id"], **w, "completion": text}) + "\n")
+    completions = [completion_text(args, w["completion"], p, t) for w, p, t in zip(written, subs, tasks, strict=True)]
+    outcomes = scorer(completions, tasks, subs)
+    with (args.out / f"held_out_{label}.jsonl").open("w") as sink:  # with each task's sub-pool, for evaluate.py
+        for task, w, text, sub in zip(tasks, written, completions, subs, strict=True):
+            row = {"task_id": task["id"], **w, "written": w["completion"], "completion": text}
+            sink.write(json.dumps(row | {"pool_workers": list(worker_order(sub))}) + "\n")
     by_domain: dict[str, list[bool]] = {}
     for task, outcome in zip(tasks, outcomes, strict=True):
         by_domain.setdefault(task.get("domain") or "all", []).append(outcome.correct)
@@ -277,19 +251,42 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(args.out / "trainer"), max_steps=args.steps, learning_rate=args.lr, beta=args.beta,
-        temperature=args.temperature, entropy_coef=args.entropy_coef, num_generations=args.group_size,
+        output_dir=str(args.out / "trainer"),
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        beta=args.beta,
+        temperature=args.temperature,
+        entropy_coef=args.entropy_coef,
+        num_generations=args.group_size,
         per_device_train_batch_size=args.questions * args.group_size // args.grad_accum,
         gradient_accumulation_steps=args.grad_accum,  # one generation of questions x group per optimizer step
         max_completion_length=args.max_completion_length,
-        logging_steps=1, save_strategy="no", report_to="none", seed=args.seed, use_vllm=args.use_vllm,
-        vllm_mode="colocate", shuffle_dataset=False, use_cpu=use_cpu, bf16=False, disable_tqdm=True,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        use_vllm=args.use_vllm,
+        vllm_mode="colocate",
+        shuffle_dataset=args.shuffle,
+        use_cpu=use_cpu,
+        bf16=False,
+        disable_tqdm=True,
         gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation
-    )  # fmt: skip
+        mask_truncated_completions=args.mask_truncated,
+        **dr_grpo_options(args),
+    )
 
 
-def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any,
-                  use_cpu: bool) -> Any:  # fmt: skip
+def dr_grpo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The advantage scaling and loss type, only where given (else TRL's defaults): Dr. GRPO is
+    `--scale-rewards none --loss-type dr_grpo`, no per-group division that turns a cent of cost into a full sign."""
+    chosen = {"scale_rewards": args.scale_rewards, "loss_type": args.loss_type}
+    return {name: value for name, value in chosen.items() if value is not None}
+
+
+def _grpo_trainer(
+    args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any, use_cpu: bool
+) -> Any:
     """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
     from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
     from peft import LoraConfig
@@ -297,9 +294,31 @@ def _grpo_trainer(args: argparse.Namespace, policy: Any, reward: Any, rows: list
 
     lora = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
     return GRPOTrainer(
-        model=policy, reward_funcs=[reward], args=grpo_config(args, use_cpu), train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer, peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
-    )  # fmt: skip
+        model=policy,
+        reward_funcs=[reward],
+        args=grpo_config(args, use_cpu),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
+        callbacks=[time_limit(args.grpo_minutes)] if args.grpo_minutes else None,
+    )
+
+
+def time_limit(minutes: float) -> Any:
+    """A trainer callback that ends GRPO after the step that crosses `minutes` of wall time: on a shared machine a
+    step takes what it takes, and the run must still end (and be evaluated) by its deadline."""
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        def __init__(self) -> None:
+            self.deadline = time.monotonic() + minutes * 60
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if time.monotonic() >= self.deadline:
+                control.should_training_stop = True
+            return control
+
+    return TimeLimit()
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -312,36 +331,25 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging("error")
     score_only_completions_on_cpu()
     pool = load_pool(args.pool, [builtin_pool_dir()])
+    (args.out / "recipe.json").write_text(json.dumps(card.recipe(args), indent=2))  # judge_learning.py reads it
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
-    rows, pools = build_rows(args, pool, tokenizer, tasks, args.steps * args.questions,
-                             args.recursion_steps * args.questions)  # fmt: skip
+    rows, pools = build_rows(
+        args, pool, tokenizer, tasks, args.steps * args.questions, args.recursion_steps * args.questions
+    )
     scorer = Scorer(args)
-    curve: list[float] = []
-
-    def workflow_reward(prompts: list[Any], completions: list[Any], task: list[str], pool_name: list[str],
-                        **_: Any) -> list[float]:  # fmt: skip
-        """TRL reward function: run each completion's workflow and score its answer."""
-        outcomes = scorer(
-            [completion_text(args, c) for c in completions],
-            [json.loads(t) for t in task],
-            [pools[n] for n in pool_name],
-        )
-        scores = [o.reward for o in outcomes]
-        curve.append(sum(scores) / len(scores))
-        return scores
-
+    workflow_reward = RewardFunction(args, scorer, pools)
     use_cpu = not args.use_vllm and not _has_gpu()
     clock, evaluation, wall = time.monotonic(), {}, {}
-    if held_out:  # the untrained base model as the conductor
-        evaluation["before"] = evaluate_policy(args, AutoModelForCausalLM.from_pretrained(args.base_model),
-                                               tokenizer, pool, held_out, scorer, "before")  # fmt: skip
+    if held_out and not args.skip_base_eval:  # the untrained base model as the conductor
+        evaluation["before"] = evaluate_policy(
+            args, AutoModelForCausalLM.from_pretrained(args.base_model), tokenizer, pool, held_out, scorer, "before"
+        )
         wall["eval_before"], clock = time.monotonic() - clock, time.monotonic()
     policy: Any = args.base_model
     sft_losses: list[float] = []
     if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
         sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-        pairs = warm_start.sft_rows(sft_prompts, sft_pools, args.max_steps_per_workflow, tokenizer.eos_token,
-                                    args.sft_first_step_too)  # fmt: skip
+        pairs = warm_start.pairs(args, sft_prompts, sft_pools, tokenizer.eos_token)
         policy, sft_losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
         policy.save_pretrained(str(args.out / "sft-adapter"))  # kept: the warm start alone is a servable conductor
         wall["sft"], clock = time.monotonic() - clock, time.monotonic()
@@ -360,7 +368,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     trainer.save_model(str(adapter))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     scorer.close()
-    return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall)
+    curve, rollouts = workflow_reward.curve, workflow_reward.rollouts
+    return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall, rollouts)
 
 
 def _has_gpu() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.simulation import SimConductorProfile
 from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import decisions
 from conductor_mcp.models import sim
 
 
@@ -49,6 +51,24 @@ def sft_rows(
         if first_step_too and (short := first_step_alone(completion)) != completion:
             pairs.append({"prompt": row["prompt"], "completion": short + eos})
     return pairs
+
+
+def pairs(args: argparse.Namespace, rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str) -> list[dict]:
+    """The warm start's prompt-completion pairs: random decisions (--warm-start format) or the scripted ones."""
+    if args.warm_start == "format":
+        return format_rows(rows, pools, eos, args.seed)
+    return sft_rows(rows, pools, args.max_steps_per_workflow, eos, args.sft_first_step_too)
+
+
+def format_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str, seed: int) -> list[dict[str, str]]:
+    """Prompt-completion pairs that teach only the decisions format: for each prompt, random workers of its
+    sub-pool, a random shape and random `+` flags (learning/decisions.py), closed by EOS. A policy warmed up on
+    these knows how to write a workflow and nothing about which one is good: all it shows after GRPO is learned."""
+    rng = random.Random(f"format warm start:{seed}")
+    return [
+        {"prompt": row["prompt"], "completion": f" {decisions.random_decisions(pools[row['pool_name']], rng)}{eos}"}
+        for row in rows
+    ]
 
 
 def first_step_alone(completion: str) -> str:

@@ -95,11 +95,10 @@ def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: d
     if reference is None:
         answer = "unknown (simulated worker: the task metadata has no reference answer)"
         return f"[{name}, simulated] Worked on: {excerpt}\nANSWER: {answer}", completion_tokens
-    reference = str(reference)
-    seen = ANSWER_LINE.findall(shown)
+    reference, task = str(reference), prompts.read_task(shown)
+    seen = testbed.sealed_answers(shown, task)
     if review_skill is not None and seen and testbed.keeps_right_answer(review_skill, reference, seen, rng):
-        text = f"[{name}, simulated] Worked on: {excerpt}\nBasis: reviewed the answers shown.\nANSWER: {reference}"
-        return text, completion_tokens
+        return _reply_text(name, excerpt, "reviewed the answers shown", reference, task), completion_tokens
     if review_skill is not None:
         seen = []  # a reviewer that kept nothing solves alone: it cannot fix what it was not shown
     draw = rng.random()
@@ -109,7 +108,13 @@ def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: d
         answer, basis = _majority(seen), f"unsure, took the majority of {len(seen)} answers seen"
     else:
         answer, basis = _wrong_answer(reference, metadata.get("choices"), rng), "solved it"
-    return f"[{name}, simulated] Worked on: {excerpt}\nBasis: {basis}.\nANSWER: {answer}", completion_tokens
+    return _reply_text(name, excerpt, basis, answer, task), completion_tokens
+
+
+def _reply_text(name: str, excerpt: str, basis: str, answer: str, task: str) -> str:
+    """A simulated worker's reply: what it worked on, why, and its answer under the seal later steps check."""
+    sealed = f"Seal: {testbed.seal(task, answer)}\nANSWER: {answer}"
+    return f"[{name}, simulated] Worked on: {excerpt}\nBasis: {basis}.\n{sealed}"
 
 
 def _majority(answers: list[str]) -> str:

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
-from conductor_mcp.learning import recipe, shape_probe
+from conductor_mcp.learning import recipe, shape_probe, subpools, train_options
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
@@ -32,7 +32,7 @@ RECIPE = Path(__file__).parents[2] / "tools" / "paper_recipe.py"
 
 def test_two_grpo_steps_change_the_adapter(tmp_path: Path) -> None:
     model = convert_gguf.convert()
-    args = train_conductor.parse_args(
+    args = train_options.parse_args(
         [
             "--base-model",
             str(model),
@@ -104,7 +104,7 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     """The whole-conductor path: SFT on the scripted testbed conductor's workflows, then GRPO on JSON workflows
     with a cost term, continuing the same adapter; the held-out files feed tools/evaluate.py --workflows."""
     model = convert_gguf.convert()
-    args = train_conductor.parse_args(
+    args = train_options.parse_args(
         [
             "--base-model",
             str(model),
@@ -188,7 +188,7 @@ def check_the_shape_probe(run_dir: Path, args: argparse.Namespace) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(args.base_model), str(run_dir / "adapter"))
     pool = load_pool("sim-structured", [builtin_pool_dir()])
-    task = train_conductor.held_out_tasks(args)[0]
+    task = train_options.held_out_tasks(args)[0]
     messages = prompts.conductor_messages(pool, 3, task["question"], None)
     context = train_conductor.prompt_text(tokenizer, messages) + shape_probe.first_step_prefix(pool, task, 3)
     with torch.no_grad():
@@ -207,11 +207,11 @@ def check_the_shape_probe(run_dir: Path, args: argparse.Namespace) -> None:
 
 def test_grad_accum_slices_a_step_without_changing_it(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--base-model", "m", "--sim-tasks", "8", "--questions", "4", "--group-size", "8", "--out", "o"]
-    config = train_conductor.grpo_config(train_conductor.parse_args([*base, "--grad-accum", "4"]), use_cpu=True)
+    config = train_conductor.grpo_config(train_options.parse_args([*base, "--grad-accum", "4"]), use_cpu=True)
     assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (8, 4)
     assert (config.generation_batch_size, config.steps_per_generation) == (32, 4)  # one generation per update
     with pytest.raises(SystemExit):
-        train_conductor.parse_args([*base, "--grad-accum", "3"])
+        train_options.parse_args([*base, "--grad-accum", "3"])
     assert "--grad-accum must divide the step's 32 rollouts" in capsys.readouterr().err
 
 
@@ -249,3 +249,111 @@ def test_the_paper_recipe_dry_run_checks_everything_but_the_gpu() -> None:
     paper = recipe_dry_run()  # the paper's own pool: its API keys and worker servers are not here
     assert paper.returncode == 2 and "OPENAI_API_KEY is not set" in paper.stderr
     assert recipe_dry_run("--set", "learning-rate=1").returncode == 2  # argparse: not one of the recipe's values
+
+
+def test_the_dr_grpo_regime_reaches_grpo_config() -> None:
+    """Each option of the learning regime is a field TRL's GRPOConfig has, set to what the command line says."""
+    args = train_options.parse_args(
+        [
+            "--base-model",
+            "m",
+            "--sim-tasks",
+            "8",
+            "--sim-set",
+            "composed",
+            "--questions",
+            "1",
+            "--group-size",
+            "16",
+            "--scale-rewards",
+            "none",
+            "--loss-type",
+            "dr_grpo",
+            "--mask-truncated",
+            "--shuffle",
+            "--temperature",
+            "1.2",
+            "--beta",
+            "0",
+            "--out",
+            "o",
+        ]
+    )
+    config = train_conductor.grpo_config(args, use_cpu=True)
+    assert (config.scale_rewards, config.loss_type, config.mask_truncated_completions) == ("none", "dr_grpo", True)
+    assert (config.shuffle_dataset, config.temperature, config.beta, config.num_generations) == (True, 1.2, 0.0, 16)
+    plain = train_conductor.grpo_config(
+        train_options.parse_args(["--base-model", "m", "--sim-tasks", "8", "--out", "o"]), use_cpu=True
+    )
+    assert (plain.loss_type, plain.shuffle_dataset, plain.mask_truncated_completions) == ("dapo", False, False)
+
+
+def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
+    """The decisions regime end to end: random well-formed decisions as the warm start, one Dr. GRPO step on
+    permuted 4-of-8 sub-pools of the composed testbed, held-out tasks on sub-pools no training row drew."""
+    model = convert_gguf.convert()
+    args = train_options.parse_args(
+        [
+            "--base-model",
+            str(model),
+            "--pool",
+            "sim-composed",
+            "--sim-set",
+            "composed",
+            "--sim-tasks",
+            "4",
+            "--eval-tasks",
+            "3",
+            "--completion",
+            "decisions",
+            "--warm-start",
+            "format",
+            "--sft-steps",
+            "2",
+            "--sft-batch",
+            "2",
+            "--sft-lr",
+            "1e-3",
+            "--eval-warm-start",
+            "--steps",
+            "1",
+            "--questions",
+            "1",
+            "--group-size",
+            "4",
+            "--max-completion-length",
+            "16",
+            "--subpool-k",
+            "4",
+            "--permute-ids",
+            "--scale-rewards",
+            "none",
+            "--loss-type",
+            "dr_grpo",
+            "--mask-truncated",
+            "--shuffle",
+            "--temperature",
+            "1.2",
+            "--cost-weight",
+            "0.2",
+            "--lora-r",
+            "4",
+            "--lora-alpha",
+            "8",
+            "--seed",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    card = train_conductor.train(args)
+    assert len(card["losses"]) == 1 and len(card["rollouts"]) == 1 and card["rollouts"][0]["groups"] == 1
+    trained_orders = {
+        subpools.worker_order(p)
+        for p in subpools.training_pools(args, load_pool("sim-composed", [builtin_pool_dir()]), 4)
+    }
+    for label in ("before", "after_sft", "after"):
+        rows = [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
+        assert [r["task_id"] for r in rows] == ["held-out-2-0", "held-out-2-1", "held-out-2-2"]
+        assert all(len(r["pool_workers"]) == 4 and tuple(r["pool_workers"]) not in trained_orders for r in rows)
+        assert all(r["completion_tokens"] <= 16 for r in rows)

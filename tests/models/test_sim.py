@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from conductor_mcp.core.pool import ModelSpec, Pricing, parse_pool
 from conductor_mcp.core.simulation import SimConductorProfile, SimWorkerProfile
 from conductor_mcp.core.workflow import Step, Workflow, parse_workflow, validate_workflow
 from conductor_mcp.errors import WorkflowError
+from conductor_mcp.models import sim_testbed
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.models.sim import conductor_output, worker_answer
 from conductor_mcp.service import Service
@@ -49,10 +51,7 @@ def test_unsure_worker_takes_the_majority_it_sees() -> None:
     n, alone, helped = 1000, 0, 0
     for i in range(n):
         solo = f"# Task\nq{i}\n\n# Your instruction\naggregate"
-        seen = (
-            f"# Task\nq{i}\n\n## Step 0: answer\nANSWER: 42\n\n## Step 1: answer\nANSWER: 42\n\n"
-            f"## Step 2: answer\nANSWER: 7\n\n# Your instruction\naggregate"
-        )
+        seen = _team(f"q{i}", ["42", "42", "7"], "aggregate")
         alone += _answer(worker_answer("w", profile, solo, META)[0]) == "42"
         helped += _answer(worker_answer("w", profile, seen, META)[0]) == "42"
     # right alone 30%; seeing a correct majority, 30% + 70% * 60% = 72%
@@ -207,8 +206,19 @@ async def test_a_pools_simulation_settings_stay_its_own(tmp_path: Path, pool_dir
 TESTBED = {"domain": "math", "answer": "42", "difficulty": "medium", "pitfall": "units"}
 
 
-def _right(profile: SimWorkerProfile, prompt: str, n: int = 1500) -> float:
-    return sum(_answer(worker_answer("w", profile, prompt.format(i=i), TESTBED)[0]) == "42" for i in range(n)) / n
+def _team(task: str, answers: list[str], instruction: str) -> str:
+    """A worker prompt showing earlier steps whose outputs state these answers, sealed as simulated outputs are."""
+    earlier = [Step(worker="w", instruction="Solve it.") for _ in answers]
+    workflow = Workflow(
+        reasoning="r", steps=[*earlier, Step(worker="w", instruction=instruction, access=list(range(len(answers))))]
+    )
+    outputs = {j: f"Seal: {sim_testbed.seal(task, a)}\nANSWER: {a}" for j, a in enumerate(answers)}
+    return prompts.worker_messages(task, None, workflow, len(answers), outputs)[0]["content"]
+
+
+def _right(profile: SimWorkerProfile, prompt: str | Callable[[int], str], n: int = 1500) -> float:
+    text = prompt if callable(prompt) else prompt.format
+    return sum(_answer(worker_answer("w", profile, text(i=i), TESTBED)[0]) == "42" for i in range(n)) / n
 
 
 def test_an_instruction_naming_the_pitfall_raises_the_skill() -> None:
@@ -220,12 +230,13 @@ def test_an_instruction_naming_the_pitfall_raises_the_skill() -> None:
 
 def test_a_reviewer_fixes_only_what_it_is_shown() -> None:
     profile = SimWorkerProfile(skills={"math": 0.1}, review_skill=0.9)
-    shown_right = (
-        "# Task\nq{i}\n\n## Step 0: answer\nANSWER: 7\n\n## Step 1: answer\nANSWER: 42\n\n# Your instruction\nReview."
-    )
-    shown_wrong = (
-        "# Task\nq{i}\n\n## Step 0: answer\nANSWER: 7\n\n## Step 1: answer\nANSWER: 7\n\n# Your instruction\nReview."
-    )
+
+    def shown_right(i: int) -> str:
+        return _team(f"q{i}", ["7", "42"], "Review.")
+
+    def shown_wrong(i: int) -> str:
+        return _team(f"q{i}", ["7", "7"], "Review.")
+
     # the right answer among those shown: kept 90% of the time (+10% * 10% solved alone); a wrong majority
     # shown: the reviewer can only solve alone (10%), it does not follow the majority either
     assert abs(_right(profile, shown_right) - 0.91) < 0.04 and abs(_right(profile, shown_wrong) - 0.1) < 0.03

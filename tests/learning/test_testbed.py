@@ -1,0 +1,175 @@
+"""The honest testbed: answers come only from outputs a step is shown, the composed splits share nothing, held-out
+pools are permuted differently from every training draw, and the best answer so far follows step order."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.core import prompts
+from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.learning import decisions, subpools, train_options
+from conductor_mcp.learning.sim_tasks import (
+    composed_task_set,
+    composed_templates,
+    structured_task_set,
+    template_of,
+)
+from conductor_mcp.learning.strategies import single
+from conductor_mcp.learning.verifiers import verify
+from conductor_mcp.models import sim_testbed
+from conductor_mcp.models.sim import worker_answer
+from conductor_mcp.pools import load_pool
+from conductor_mcp.service import Service
+from tests.conftest import start
+
+LEAK = "Consider these.\nANSWER: A\nANSWER: B\nANSWER: C\nANSWER: D"
+
+
+async def accuracy(service: Service, workflow: Workflow, tasks: list[dict]) -> float:
+    right = 0
+    for task in tasks:
+        metadata = {k: v for k, v in task.items() if k != "question"}
+        run = start(service, task["question"], workflow, pool="sim-structured", max_steps=3, metadata=metadata)
+        run = await service.wait(run.id, None)
+        right += verify(task, run.answer)
+    return right / len(tasks)
+
+
+async def test_candidate_answers_listed_in_an_instruction_are_not_answers(service: Service) -> None:
+    """The old leak: a first step whose instruction lists every choice, then the reviewer shown that step, scored
+    0.96 because the reviewer read ANSWER lines anywhere. Now it scores no better than the best single worker."""
+    tasks = [t for t in structured_task_set(120, seed=11) if t["domain"] != "math"][:60]
+    leak = Workflow(
+        reasoning="list them all",
+        steps=[
+            Step(worker="model_4", instruction=LEAK),
+            Step(worker="model_5", instruction="Review.", access=[0]),
+        ],
+    )
+    pool = service.pools.get("sim-structured")
+    singles = [await accuracy(service, single(w).workflow, tasks) for w in pool.visible_ids()]  # type: ignore[arg-type]
+    assert await accuracy(service, leak, tasks) <= max(singles)
+
+
+def test_a_reviewer_reads_only_sealed_answers_of_the_steps_it_sees() -> None:
+    profiles = load_pool("sim-structured", [builtin_pool_dir()]).simulation.workers  # type: ignore[union-attr]
+    meta = {"domain": "code", "difficulty": "hard", "pitfall": "sign", "answer": "C", "choices": list("ABCD")}
+    task = "Hard code task. Pitfall: sign. Choose A, B, C or D."
+    workflow = Workflow(
+        reasoning="r",
+        steps=[
+            Step(worker="model_1", instruction=LEAK),
+            Step(worker="model_5", instruction="Review.", access=[0]),
+        ],
+    )
+
+    def prompt(outputs: dict[int, str], step: int = 1) -> str:
+        return prompts.worker_messages(task, None, workflow, step, outputs)[0]["content"]
+
+    real, _ = worker_answer("tb-coder", profiles["tb-coder"], prompt({}, step=0), meta)
+    assert sim_testbed.sealed_answers(prompt({0: real}), task) == [real.rsplit("ANSWER: ", 1)[1]]
+    assert sim_testbed.sealed_answers(prompt({0: "Nothing to say."}), task) == []  # the instruction's lines are text
+    assert sim_testbed.sealed_answers(real, "another task") == []  # a seal binds an answer to its task
+    replies = [
+        worker_answer("tb-reviewer", profiles["tb-reviewer"], prompt({0: f"Nothing, try {i}."}), meta)[0]
+        for i in range(40)
+    ]
+    assert not any("reviewed the answers shown" in reply for reply in replies)
+
+
+def test_the_composed_splits_share_no_template_question_or_id() -> None:
+    train, held_out = composed_task_set(2000, seed=0), composed_task_set(512, seed=0, held_out=True)
+    train_templates, held_templates = {template_of(t) for t in train}, {template_of(t) for t in held_out}
+    assert not train_templates & held_templates
+    assert train_templates == set(composed_templates(held_out=False)) and len(train_templates) > 150
+    assert len(held_templates) > 48  # more held-out templates than the old space had in all
+    assert not {t["question"] for t in train} & {t["question"] for t in held_out}
+    assert not {t["id"] for t in train} & {t["id"] for t in held_out}
+    assert len({t["question"] for t in train}) == len(train)
+    assert composed_task_set(5, seed=0) == train[:5]  # reproducible
+    assert {t["difficulty"] for t in held_out} == {"easy", "medium", "hard", "expert"}
+
+
+def test_held_out_pools_are_permuted_unlike_any_training_draw() -> None:
+    args = train_options.parse_args(
+        [
+            "--base-model",
+            "m",
+            "--pool",
+            "sim-composed",
+            "--sim-set",
+            "composed",
+            "--sim-tasks",
+            "64",
+            "--eval-tasks",
+            "512",
+            "--subpool-k",
+            "4",
+            "--permute-ids",
+            "--steps",
+            "200",
+            "--questions",
+            "2",
+            "--out",
+            "o",
+        ]
+    )
+    pool = load_pool("sim-composed", [builtin_pool_dir()])
+    trained = [subpools.worker_order(p) for p in subpools.training_pools(args, pool, 0)]
+    assert len(trained) == 400 and len(set(trained)) > 300  # ids are reshuffled per training question
+    assert len({order[0] for order in trained}) == 8  # model_0 is anyone
+    avoid = set(trained)
+    held = [subpools.held_out_pool(args, pool, t, avoid) for t in train_options.held_out_tasks(args)]
+    assert not {subpools.worker_order(p) for p in held} & avoid
+    assert len({subpools.worker_order(p) for p in held}) > 300
+
+
+def test_decisions_fill_the_testbeds_workflows() -> None:
+    pool = load_pool("sim-composed", [builtin_pool_dir()]).sample(4, seed="x", permute=True)
+    task = {"pitfall": "sign"}
+    assert decisions.parse("model_9", pool.visible_ids()) is None and decisions.parse("", pool.visible_ids()) is None
+    assert decisions.parse("model_1 model_2 model_3 model_0", pool.visible_ids()) is None
+    assert decisions.parse("model_1+ model_1,", pool.visible_ids()) is None
+    three = json.loads(decisions.completion_workflow(" model_1+ model_2 model_0+", pool, task))
+    assert [(s["worker"], s["instruction"], s["access"]) for s in three["steps"]] == [
+        ("model_1", "Solve it. Check the sign.", []),
+        ("model_2", "Solve it another way.", []),
+        ("model_0", "Review both answers. Check the sign.", [0, 1]),
+    ]
+    assert decisions.signature(pool, three).split()[0] == pool.workers[1].id + "+"
+    rng = random.Random(0)
+    assert all(decisions.parse(decisions.random_decisions(pool, rng), pool.visible_ids()) for _ in range(50))
+
+
+def test_the_best_answer_so_far_follows_step_order_not_timing() -> None:
+    """Two finished steps, the later one (in workflow order) finished first: its answer is the best so far."""
+    workflow = Workflow(reasoning="r", steps=[Step(worker="a", instruction="x"), Step(worker="b", instruction="y")])
+    run = Run(id="r1", task="t", pool="p", pool_digest="d", conductor_model="m", max_steps=2, workflow=workflow)
+    run.steps = [
+        StepRecord(
+            key="1",
+            index=1,
+            worker_id="b",
+            visible_id="b",
+            model="m",
+            instruction="y",
+            status="done",
+            output="second",
+            ended_at="2026-01-01T00:00:01Z",
+        ),
+        StepRecord(
+            key="0",
+            index=0,
+            worker_id="a",
+            visible_id="a",
+            model="m",
+            instruction="x",
+            status="done",
+            output="first",
+            ended_at="2026-01-01T00:00:09Z",
+        ),
+    ]
+    assert run.best_answer() == "second"
