@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import __version__, hosts
+from conductor_mcp import __version__, cli_tokens, hosts
 from conductor_mcp.cli_output import say as _say
 from conductor_mcp.cli_progress import RunClock
 from conductor_mcp.cli_serve import serve, view
@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     local_cmd.add_argument("--model", default="gemma3-270m", help="local model name (default gemma3-270m)")
 
     hosts.add_parser(sub)
+    cli_tokens.add_parser(sub)
     pools = sub.add_parser("pools", help="list and validate the pools on the search path")
     pools.add_argument("--json", action="store_true")
     return parser
@@ -304,6 +305,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _doctor(settings)
     if args.command == "local":
         return _local(args, settings)
+    if args.command == "tokens":
+        return cli_tokens.run(args, settings)
     if args.command == "install":
         for line in hosts.install(args, settings):
             _say(line)

@@ -21,9 +21,14 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.http:
         from conductor_mcp.doors.http import base_url, serve_http
         from conductor_mcp.doors.viewer import ViewerAuth
+        from conductor_mcp.tokens import TokenBook
 
         token = _http_token(args, settings)
-        viewer = ViewerAuth(token)
+        tokens = TokenBook(settings.tokens_file)
+        named = len(tokens.entries())  # a broken tokens file stops the server here, saying which file
+        viewer = ViewerAuth(token, tokens=tokens)
+        if token and named:
+            _say(f"conductor-mcp: {named} named token(s) accepted too (conductor-mcp tokens list)", file=sys.stderr)
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:

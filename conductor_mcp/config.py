@@ -141,6 +141,11 @@ class Settings(BaseSettings):
         """Where `serve --http` keeps the token it made when CONDUCTOR_HTTP_TOKEN is unset (0600)."""
         return self.state_dir / "http-token"
 
+    @property
+    def tokens_file(self) -> Path:
+        """The named tokens (`conductor-mcp tokens`), hashed, 0600 (conductor_mcp/tokens.py)."""
+        return self.state_dir / "tokens.json"
+
     def with_pool_dirs_first(self, *directories: Path) -> Settings:
         """These settings with more pool directories searched first (tests, embedding applications)."""
         return self.model_copy(update={"pool_path": (*directories, *self.pool_path)})

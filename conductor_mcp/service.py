@@ -124,7 +124,7 @@ class Service(RunReader):
             worker_ids=allowed_ids(pool, request.workers, sampling),
             budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
             self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
-            workspace=request.workspace, keep_workspaces=request.keep_workspaces,
+            workspace=request.workspace, keep_workspaces=request.keep_workspaces, principal=request.principal,
         )  # fmt: skip
         return run, pool_view(pool, run.worker_ids)
 

@@ -13,6 +13,7 @@ import pytest
 
 from conductor_mcp.core.records import Run, StepRecord
 from conductor_mcp.runs.sqlite import SqliteStore
+from conductor_mcp.runs.store import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.slow]
 
@@ -174,7 +175,7 @@ def test_runs_prune_deletes_old_runs_and_doctor_reports_the_store(tmp_path: Path
     assert (
         f"run store: sqlite at {tmp_path / 'runs.sqlite3'}" in doctor.stdout and "oldest run created" in doctor.stdout
     )
-    assert "reachable, schema version 3" in doctor.stdout
+    assert f"reachable, schema version {SCHEMA_VERSION}" in doctor.stdout
     assert "1 done, 1 failed, 1 running" in doctor.stdout
     dry = cli(*state, "runs", "prune", "--older-than", "0", "--status", "done", "--dry-run")
     assert dry.returncode == 0 and dry.stdout.startswith("would delete 1 runs (0.10 MiB of run data)"), dry.stderr
@@ -189,7 +190,7 @@ def test_doctor_reports_a_postgresql_store_and_an_unreachable_one(tmp_path: Path
     doctor = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": postgres_url})
     assert doctor.returncode == 0, doctor.stderr
     assert f"run store: postgresql at {postgres_url}" in doctor.stdout
-    assert "reachable, schema version 3" in doctor.stdout and "no runs" in doctor.stdout
+    assert f"reachable, schema version {SCHEMA_VERSION}" in doctor.stdout and "no runs" in doctor.stdout
     down_url = "postgresql://me:hunter2secret@127.0.0.1:1/nowhere"
     down = cli("--state-dir", str(tmp_path), "doctor", env_extra={"CONDUCTOR_DATABASE_URL": down_url})
     assert down.returncode == 2 and "NOT USABLE" in down.stdout and "cannot be reached" in down.stdout

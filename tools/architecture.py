@@ -24,10 +24,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("models", "runs", "agents"),
     ("engine",),
-    ("pools", "reader", "service", "context_files"),
+    ("pools", "reader", "service", "context_files", "tokens", "access"),
     ("doors",),
     ("learning",),
-    ("cli", "__main__", "cli_output", "cli_progress", "cli_serve", "hosts", "host_config"),
+    ("cli", "__main__", "cli_output", "cli_progress", "cli_serve", "cli_tokens", "hosts", "host_config"),
 )
 # What core/ may not import: modules that do I/O, start work, keep time-dependent state, or read the environment.
 CORE_FORBIDDEN = frozenset(

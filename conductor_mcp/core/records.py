@@ -18,6 +18,7 @@ from conductor_mcp.core.agent_records import StepWork
 from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.request import FileRef, RunRequest
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Step, Workflow
@@ -151,6 +152,7 @@ class Run(BaseModel):
     stop: Stop | None = Field(default=None, description="what ended the run (set by the engine once it ends)")
     status: RunStatus = "planned"
     parent_id: str | None = None
+    principal: str = Field(default=LOCAL_NAME, description="who started the run: only it (and admins) may see it")
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
@@ -195,6 +197,7 @@ class Run(BaseModel):
             workspace=self.workspace,
             keep_workspaces=self.keep_workspaces,
             workers=self.workers,
+            principal=self.principal,
         )
 
     def follow(self, parent: Run, review: Step) -> None:

@@ -22,6 +22,7 @@ from conductor_mcp.core.limits import (
     MAX_TOOLS,
     MAX_TOOLS_CHARS,
 )
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
@@ -119,6 +120,7 @@ class RunRequest(BaseModel):
     )
     keep_workspaces: bool = Field(default=False, description="leave agent workspaces on disk after the run")
     workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers (pool ids)")
+    principal: str = Field(default=LOCAL_NAME, description="who asks: the run is theirs (core/principal.py)")
 
     @field_validator("task")
     @classmethod

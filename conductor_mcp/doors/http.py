@@ -2,8 +2,9 @@
 the run viewer at /ui/).
 
 Private by default: every request needs `Authorization: Bearer <token>` (the scheme in any case, the token
-compared in constant time), from CONDUCTOR_HTTP_TOKEN or a random one kept 0600 in the state directory;
-serving without a token is an explicit choice, and only on loopback. DNS-rebinding protection accepts loopback
+compared in constant time): the admin token, from CONDUCTOR_HTTP_TOKEN or a random one kept 0600 in the state
+directory, or a named token (tokens.py), each its own principal (doors/principals.py); serving without a token
+is an explicit choice, and only on loopback. DNS-rebinding protection accepts loopback
 Host headers, the ones the operator names and, bound to a wildcard address, the machine's own names. Under /ui/
 a browser may instead show the viewer's session cookie (doors/viewer.py); elsewhere only the header counts.
 """
@@ -11,7 +12,6 @@ a browser may instead show the viewer's session cookie (doors/viewer.py); elsewh
 from __future__ import annotations
 
 import contextlib
-import hmac
 import ipaddress
 import json
 import os
@@ -21,14 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import HTTPConnection
 
-from conductor_mcp.doors.auth_guard import AuthThrottle, check_token
+from conductor_mcp.doors.auth_guard import check_token
 from conductor_mcp.doors.http_guard import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.doors.openai import error_body, openai_routes
+from conductor_mcp.doors.principals import signed_in_user
 from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
 from conductor_mcp.logs import get_logger, register_secret
@@ -43,6 +47,10 @@ log = get_logger(__name__)
 LOOPBACK_NAMES = {"localhost"}
 GRACEFUL_SHUTDOWN_S = 5  # open event streams (viewer pages, OpenAI streams) must not hold a stop forever
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
+NO_TOKEN = (
+    "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN, or a token from "
+    "`conductor-mcp tokens add`>"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -78,44 +86,52 @@ def stored_token(path: Path) -> tuple[str, bool]:
 
 
 class BearerTokenMiddleware:
-    """Refuses HTTP requests without `Authorization: Bearer <token>`: the scheme in any case (RFC 7235), the
-    token compared in constant time. Viewer pages (/ui/) also accept the viewer's session cookie, and answer a
-    browser without either with a sign-in page."""
+    """Refuses HTTP requests without `Authorization: Bearer <token>` of a token the server accepts (the admin
+    token or a named one: doors/principals.py), authenticated by the MCP SDK's `BearerAuthBackend`; the request
+    then carries the SDK's user and auth context (its principal). Viewer pages (/ui/) also accept the viewer's
+    session cookie, and answer a browser without either with a sign-in page."""
 
-    def __init__(self, app: Any, token: str, viewer: ViewerAuth | None = None) -> None:
+    def __init__(self, app: Any, viewer: ViewerAuth) -> None:
         self.app = app
-        self.expected = token.encode()
+        self._next = AuthContextMiddleware(app)  # the SDK's contextvar: get_access_token() in every door
         self.viewer = viewer
-        self.throttle = viewer.throttle if viewer is not None else AuthThrottle()  # the viewer's form shares it
+        self.backend = BearerAuthBackend(viewer.credentials)
+        self.throttle = viewer.throttle  # the viewer's sign-in form shares it
 
-    def _authorized(self, header: bytes, client: str) -> bool:
-        """Whether the Authorization header holds the token; a wrong one presented counts against `client`."""
-        scheme, _, credentials = header.partition(b" ")
-        matches = hmac.compare_digest(credentials.strip(b" "), self.expected) and scheme.lower() == b"bearer"
-        if header and not matches:
-            self.throttle.failed(client)
-        return matches
+    async def _user(self, scope: Any, header: bytes, client: str) -> AuthenticatedUser | None:
+        """The principal the Authorization header names; a wrong token presented counts against `client`."""
+        authenticated = await self.backend.authenticate(HTTPConnection(scope)) if header else None
+        if authenticated is None:
+            if header:
+                self.throttle.failed(client)
+            return None
+        credentials, user = authenticated
+        scope["auth"] = credentials
+        return user
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            supplied, path = headers.get(b"authorization", b""), scope.get("path", "")
-            client = (scope.get("client") or ("",))[0]
-            viewer = self.viewer is not None and (path == "/ui" or path.startswith("/ui/"))
-            if supplied and (wait := self.throttle.retry_after(client)) is not None:
-                return await _refuse(send, 429, f"too many wrong tokens from {client}: retry in {wait} s", wait)
-            if viewer and self.viewer is not None:
-                cookie = headers.get(b"cookie", b"").decode("latin-1")
-                if is_open_path(path) or self._authorized(supplied, client) or self.viewer.cookie_matches(cookie):
-                    await self.app(scope, receive, send)
-                else:
-                    await login_page(path)(scope, receive, send)
-                return
-            if not self._authorized(supplied, client):
-                return await _refuse(
-                    send, 401, "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN>"
-                )
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self._next(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        supplied, path = headers.get(b"authorization", b""), scope.get("path", "")
+        client = (scope.get("client") or ("",))[0]
+        if supplied and (wait := self.throttle.retry_after(client)) is not None:
+            return await _refuse(send, 429, f"too many wrong tokens from {client}: retry in {wait} s", wait)
+        user = await self._user(scope, supplied, client)
+        if path == "/ui" or path.startswith("/ui/"):
+            if user is None and (principal := self.viewer.session_principal(_cookies(headers))) is not None:
+                user = signed_in_user(principal)
+            if user is None and not is_open_path(path):
+                return await login_page(path)(scope, receive, send)
+        elif user is None:
+            return await _refuse(send, 401, NO_TOKEN)
+        if user is not None:
+            scope["user"] = user
+        await self._next(scope, receive, send)
+
+
+def _cookies(headers: dict[bytes, bytes]) -> str:
+    return headers.get(b"cookie", b"").decode("latin-1")
 
 
 async def _refuse(send: Any, status: int, message: str, retry_after: int | None = None) -> None:
@@ -196,7 +212,7 @@ def http_app(
         app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request), links))
         app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
     app.add_middleware(BodyLimit)
-    return BearerTokenMiddleware(app, token, viewer) if token else app
+    return BearerTokenMiddleware(app, viewer) if token else app
 
 
 def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) -> Any:
@@ -206,7 +222,7 @@ def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) ->
 
     guard = TransportSecurityMiddleware(_security(host, token, []))
     routes = viewer_routes(service, viewer, lambda request: guard.validate_request(request))
-    return BearerTokenMiddleware(Starlette(routes=routes, middleware=[Middleware(BodyLimit)]), token, viewer)
+    return BearerTokenMiddleware(Starlette(routes=routes, middleware=[Middleware(BodyLimit)]), viewer)
 
 
 def connection_limits(service: RunReader) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
 from conductor_mcp.doors.host_sampling import host_of
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.principals import access
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
     Detail,
@@ -169,7 +170,7 @@ class Door:
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
         it."""
         if not hand_over(run, detail):
-            run = await self.service.wait(
+            run = await access(self.service).wait(
                 run.id,
                 wait_seconds,
                 ProgressRelay(ctx),
@@ -238,7 +239,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 files=file_refs,
                 workers=workers,
             )
-            run = door.service.start(request, host=host_of(ctx))
+            run = access(door.service).start(request, host=host_of(ctx))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
 
 
@@ -265,7 +266,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
             request = RunRequest.of(
                 task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workers=workers
             )
-            run = await service.plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
+            run = await access(service).plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
             return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
@@ -284,7 +285,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = service.continue_run(run_id, feedback, host_of(ctx))
+            run = access(service).continue_run(run_id, feedback, host_of(ctx))
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed)
 
@@ -300,7 +301,7 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         status: Annotated[RunStatus | None, Field(description="Only runs in this status.")] = None,
     ) -> RunsResult:
         with conductor_errors():
-            return runs_result(service.list_runs(limit, status))
+            return runs_result(access(service).list_runs(limit, status))
 
     @server.tool(
         title="List pools of workers",
@@ -321,7 +322,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     )
     def run_resource(run_id: str) -> str:
         with conductor_errors(ResourceError):
-            return service.get_run(run_id).model_dump_json(indent=2)
+            return access(service).get_run(run_id).model_dump_json(indent=2)
 
     @server.resource(
         "conductor://runs/{run_id}/steps/{index}",
@@ -330,8 +331,9 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     )
     def step_resource(run_id: str, index: str) -> str:
         with conductor_errors(ResourceError):
-            messages = service.step_messages(run_id, index)  # an unknown run or step is named here
-            step = next(s for s in service.get_run(run_id).steps if s.key == index)
+            runs = access(service)
+            messages = runs.step_messages(run_id, index)  # an unknown (or another's) run or step is named here
+            step = next(s for s in runs.get_run(run_id).steps if s.key == index)
         return json.dumps({"record": step.model_dump(mode="json"), "messages": messages}, indent=2)
 
     @server.resource(
@@ -349,7 +351,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
     def review_run(run_id: str) -> str:
         with conductor_errors(ValueError):
-            run = service.get_run(run_id)
+            run = access(service).get_run(run_id)
         return (
             f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
             f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "

@@ -38,6 +38,7 @@ from conductor_mcp.doors.openai_wire import (
     run_error,
     run_of_response,
 )
+from conductor_mcp.doors.principals import access
 from conductor_mcp.errors import (
     BudgetExhausted,
     ConductorError,
@@ -144,7 +145,7 @@ class OpenAIDoor:
 
     async def run(self, request: Request) -> Response:
         """The stored transcript, the same JSON as the MCP resource conductor://runs/{run_id}."""
-        run = self.service.get_run(request.path_params["run_id"])
+        run = access(self.service).get_run(request.path_params["run_id"])
         return Response(run.model_dump_json(indent=2), media_type="application/json")
 
     # -- answering --------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class OpenAIDoor:
         reply = responses_tool_reply(body, previous_run)
         if reply is not None:
             return await self._respond(self._go_on(reply), reply.model, reply.stream, ResponsesStream)
-        earlier = earlier_turns(self.service.get_run(previous_run)) if previous_run else None
+        earlier = earlier_turns(access(self.service).get_run(previous_run)) if previous_run else None
         asked = responses_request(body, earlier)
         return await self._respond(self._start(asked), asked.model, asked.stream, ResponsesStream)
 
@@ -193,14 +194,14 @@ class OpenAIDoor:
     def _go_on(self, reply: ToolReply) -> Run:
         """The client's tool results, given to the run's final worker as a new step of the same run."""
         self.service.pools.pool_of_model(reply.model)  # an unknown model is refused as it is for a new run
-        run = self.service.answer_tool_calls(reply.run_id, reply.results)
+        run = access(self.service).answer_tool_calls(reply.run_id, reply.results)
         log.info("openai_tool_turn", run_id=run.id, results=len(reply.results), stream=reply.stream)
         return run
 
     def _start(self, asked: Asked) -> Run:
         pool = self.service.pools.pool_of_model(asked.model)
         request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **asked.run_fields)
-        run = self.service.start(request)
+        run = access(self.service).start(request)
         log.info("openai_run_started", run_id=run.id, model=asked.model, stream=asked.stream)
         return run
 
@@ -212,15 +213,17 @@ class OpenAIDoor:
             if event.kind not in ("heartbeat", "conductor_started"):
                 lines.append(progress_line(event))
 
-        return await self.service.wait(run.id, None, collect, self.keepalive_s)
+        return await access(self.service).wait(run.id, None, collect, self.keepalive_s)
 
     def _sse(self, run: Run, stream: ResponsesStream | ChatStream) -> Response:
+        runs = access(self.service)
+
         async def events() -> AsyncIterator[str]:
             yield stream.start() + stream.progress(opening_line(run))
-            async for event in self.service.follow(run.id, self.keepalive_s):
+            async for event in runs.follow(run.id, self.keepalive_s):
                 if event.kind != "conductor_started":
                     yield KEEPALIVE if event.kind == "heartbeat" else stream.progress(progress_line(event))
-            yield stream.finish(self.service.get_run(run.id))
+            yield stream.finish(runs.get_run(run.id))
 
         headers = {"cache-control": "no-cache", "x-accel-buffering": "no", "x-conductor-run-id": run.id}
         if viewer := self.links.run(run.id):

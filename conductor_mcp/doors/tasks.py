@@ -28,6 +28,7 @@ from pydantic import Field
 
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.principals import access
 from conductor_mcp.doors.results import Detail, run_result
 from conductor_mcp.errors import ConductorError, RunNotFound
 from conductor_mcp.service import Service
@@ -163,7 +164,7 @@ class TasksExtension(Extension):
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         """`tasks/get`: the task's state and, when it has finished, the result the tool would have returned."""
         with task_errors():
-            run = self.service.get_run(params.task_id)
+            run = access(self.service).get_run(params.task_id)
         task = {"resultType": "complete", **self.task(run)}
         if task["status"] == "completed":
             result = run_result(run, self.details.get(run.id, "summary"), self.links.run(run.id))
@@ -181,7 +182,7 @@ class TasksExtension(Extension):
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         """`tasks/update`: acknowledged; a run never asks for input, so every response is one to ignore."""
         with task_errors():
-            self.service.get_run(params.task_id)
+            access(self.service).get_run(params.task_id)
         return {}
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
@@ -191,5 +192,5 @@ class TasksExtension(Extension):
         run executing in another process is asked through the store and this does not wait for it; a task that has
         already ended is acknowledged and stays as it ended."""
         with task_errors():
-            await self.service.cancel(params.task_id, wait_s=0)
+            await access(self.service).cancel(params.task_id, wait_s=0)
         return {}

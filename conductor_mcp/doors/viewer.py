@@ -11,7 +11,6 @@ are throttled); the token never travels in a URL. POST /ui/logout ends the sessi
 
 from __future__ import annotations
 
-import hmac
 import json
 import secrets
 import time
@@ -23,12 +22,16 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from conductor_mcp.access import Reads
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.principal import LOCAL, Principal
 from conductor_mcp.core.records import RUN_STATUSES
 from conductor_mcp.doors import viewer_html as html
 from conductor_mcp.doors.auth_guard import AuthThrottle
+from conductor_mcp.doors.principals import Credentials, current_principal, reads
 from conductor_mcp.doors.viewer_sessions import SESSION_TTL_S, Sessions
 from conductor_mcp.errors import ConductorError, RequestError, RunNotFound, StepNotFound, StoreError
+from conductor_mcp.tokens import TokenBook
 
 if TYPE_CHECKING:
     from conductor_mcp.reader import RunReader
@@ -53,38 +56,44 @@ PAGE_SIZE = 50
 
 
 class ViewerAuth:
-    """How a browser signs in to the viewer: one-time login codes, then a session cookie (doors/viewer_sessions.py);
-    and the record of failed token sign-ins that every door shares (doors/auth_guard.py)."""
+    """How a browser signs in to the viewer: one-time login codes, then a session cookie (doors/viewer_sessions.py)
+    that names the principal who signed in; the tokens the server accepts (`credentials`: the admin token and
+    the named ones in `tokens`); and the record of failed token sign-ins that every door shares
+    (doors/auth_guard.py)."""
 
-    def __init__(self, token: str | None, session_ttl_s: float = SESSION_TTL_S) -> None:
+    def __init__(
+        self, token: str | None, session_ttl_s: float = SESSION_TTL_S, tokens: TokenBook | None = None
+    ) -> None:
         self.token = token
+        self.credentials = Credentials(token, tokens)
         self.sessions = Sessions(token, session_ttl_s) if token else None  # not the token: no /mcp, no /v1
         self.throttle = AuthThrottle()
-        self._codes: dict[str, float] = {}
+        self._codes: dict[str, tuple[float, Principal]] = {}
 
-    def mint(self) -> str:
-        """A fresh single-use login code, valid for CODE_TTL_S seconds."""
+    def mint(self, principal: Principal = LOCAL) -> str:
+        """A fresh single-use login code for `principal`, valid for CODE_TTL_S seconds."""
         now = time.monotonic()
-        self._codes = {code: until for code, until in self._codes.items() if until > now}
+        self._codes = {code: minted for code, minted in self._codes.items() if minted[0] > now}
         code = secrets.token_urlsafe(24)
-        self._codes[code] = now + CODE_TTL_S
+        self._codes[code] = (now + CODE_TTL_S, principal)
         return code
 
-    def redeem(self, code: str) -> bool:
-        until = self._codes.pop(code, None)
-        return until is not None and until > time.monotonic()
+    def redeem(self, code: str) -> Principal | None:
+        """The principal a code was minted for, if it is unused and unexpired (it is used up either way)."""
+        until, principal = self._codes.pop(code, (0.0, None))
+        return principal if until > time.monotonic() else None
 
-    def token_matches(self, supplied: str) -> bool:
-        return self.token is not None and hmac.compare_digest(supplied.encode(), self.token.encode())
+    def session_principal(self, cookie_header: str) -> Principal | None:
+        """The principal of the browser's session, while the session and the token it signed in with stand."""
+        session = self.sessions.find(cookie_header) if self.sessions is not None else None
+        name = self.sessions.principal(session) if self.sessions is not None and session is not None else None
+        return self.credentials.principal_named(name) if name is not None else None
 
-    def cookie_matches(self, cookie_header: str) -> bool:
-        return self.sessions is not None and self.sessions.find(cookie_header) is not None
-
-    def signed_in(self, target: str, https: bool) -> Response:
-        """Redirect to `target` (a viewer path only) with a new session's cookie set."""
+    def signed_in(self, target: str, https: bool, principal: Principal) -> Response:
+        """Redirect to `target` (a viewer path only) with a new session's cookie set for `principal`."""
         response = RedirectResponse(target if _viewer_path(target) else "/ui/", status_code=303)
         if self.sessions is not None:
-            self.sessions.set_cookie(response, self.sessions.issue(), https)
+            self.sessions.set_cookie(response, self.sessions.issue(principal.name), https)
         return secured(response)
 
     def signed_out(self, cookie_header: str) -> Response:
@@ -122,8 +131,9 @@ def login_page(next_path: str, status: int = 401) -> Response:
         '<button type="submit">sign in</button></form>'
     )
     text = (
-        "Sign in with the server's bearer token (CONDUCTOR_HTTP_TOKEN or the http-token file in the state "
-        "directory), or open a one-time login URL (printed by `conductor-mcp serve --http` and `view`)."
+        "Sign in with your token (one made by `conductor-mcp tokens add`, or the server's own: CONDUCTOR_HTTP_TOKEN "
+        "or the http-token file in the state directory), or open a one-time login URL (printed by "
+        "`conductor-mcp serve --http` and `view`)."
     )
     return secured(HTMLResponse(html.message_page("Sign in to the run viewer", text, form), status_code=status))
 
@@ -193,15 +203,17 @@ class Viewer:
             if not sep:
                 raise RequestError("before: must be CREATED_AT~RUN_ID, as the 'older' link gives it")
             before = (created, run_id)
-        rows = self.service.list_runs(PAGE_SIZE + 1, filters.get("status"), pool=filters.get("pool"), before=before)
+        mine = reads(self.service)
+        rows = mine.list_runs(PAGE_SIZE + 1, filters.get("status"), pool=filters.get("pool"), before=before)
         older = f"{rows[PAGE_SIZE - 1]['created_at']}~{rows[PAGE_SIZE - 1]['id']}" if len(rows) > PAGE_SIZE else None
         pools = self.service.pools.names()
         return secured(HTMLResponse(html.list_page(rows[:PAGE_SIZE], filters, pools, older)))
 
     async def run(self, request: Request) -> Response:
         """A run's page, or (?part=body) just the part the live script swaps in."""
-        run = self.service.get_run(request.path_params["run_id"])
-        children = self.service.list_runs(PAGE_SIZE, parent_id=run.id)
+        mine = reads(self.service)
+        run = mine.get_run(request.path_params["run_id"])
+        children = mine.list_runs(PAGE_SIZE, parent_id=run.id)
         if request.query_params.get("part") == "body":
             return secured(HTMLResponse(html.run_body(run, children)))
         return secured(HTMLResponse(html.run_page(run, children)))
@@ -209,33 +221,33 @@ class Viewer:
     async def messages(self, request: Request) -> Response:
         """The exact messages a step's model received, as kept in the store."""
         run_id, key = request.path_params["run_id"], request.path_params["key"]
-        messages = self.service.step_messages(run_id, key)
+        messages = reads(self.service).step_messages(run_id, key)
         if request.query_params.get("part"):
             return secured(HTMLResponse(html.messages_fragment(messages)))
         return secured(HTMLResponse(html.messages_page(run_id, key, messages)))
 
     async def events(self, request: Request) -> Response:
         """Server-sent events while the run executes: 'progress' on each change, 'end' when it stops."""
-        run_id = request.path_params["run_id"]
-        self.service.get_run(run_id)
+        run_id, mine = request.path_params["run_id"], reads(self.service)
+        mine.get_run(run_id)
         headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
-        response = StreamingResponse(self._events(run_id), media_type="text/event-stream", headers=headers)
+        response = StreamingResponse(self._events(mine, run_id), media_type="text/event-stream", headers=headers)
         return secured(response)
 
-    async def _events(self, run_id: str) -> AsyncIterator[str]:
+    async def _events(self, mine: Reads, run_id: str) -> AsyncIterator[str]:
         yield _sse("progress", {"kind": "subscribed"})  # the page refreshes once: nothing before this is missed
-        async for event in self.service.follow(run_id, self.service.settings.heartbeat_s):  # ends with the run
+        async for event in mine.follow(run_id, self.service.settings.heartbeat_s):  # ends with the run
             yield _sse("progress", event_doc(event))
-        yield _sse("end", {"status": self.service.get_run(run_id).status})
+        yield _sse("end", {"status": mine.get_run(run_id).status})
 
     async def login(self, request: Request) -> Response:
         """GET with a one-time code, or POST the token in a form body: either starts a session (a new cookie)."""
         https, target = request.url.scheme == "https", request.query_params.get("next", "/ui/")
         if self.auth.token is None:
-            return self.auth.signed_in(target, https)
+            return self.auth.signed_in(target, https, LOCAL)
         if request.method == "GET":
-            if self.auth.redeem(request.query_params.get("code", "")):
-                return self.auth.signed_in(target, https)
+            if (principal := self.auth.redeem(request.query_params.get("code", ""))) is not None:
+                return self.auth.signed_in(target, https, principal)
             return login_page("/ui/", status=403)
         client = request.client.host if request.client else ""
         if (wait := self.auth.throttle.retry_after(client)) is not None:
@@ -243,8 +255,8 @@ class Viewer:
             return secured(HTMLResponse(page, status_code=429, headers={"retry-after": str(wait)}))
         form = await request.form()
         target = str(form.get("next") or "/ui/")
-        if self.auth.token_matches(str(form.get("token") or "")):
-            return self.auth.signed_in(target, https)
+        if (principal := self.auth.credentials.principal_of(str(form.get("token") or ""))) is not None:
+            return self.auth.signed_in(target, https, principal)
         self.auth.throttle.failed(client)
         return login_page(target, status=403)
 
@@ -253,7 +265,8 @@ class Viewer:
 
     async def login_code(self, request: Request) -> Response:
         """A one-time login URL for a browser, minted for a client that holds the token."""
-        return secured(JSONResponse({"url": f"/ui/login?code={self.auth.mint()}", "expires_in_s": CODE_TTL_S}))
+        code = self.auth.mint(current_principal())
+        return secured(JSONResponse({"url": f"/ui/login?code={code}", "expires_in_s": CODE_TTL_S}))
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]

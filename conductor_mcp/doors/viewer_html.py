@@ -131,6 +131,7 @@ def run_body(run: Run, children: list[dict[str, Any]]) -> str:
 def _facts(run: Run, children: list[dict[str, Any]]) -> str:
     rows = [
         ("pool", _e(run.pool)),
+        ("started by", _e(run.principal)),
         ("conductor", _e(run.conductor_model)),
         ("created", _e(run.created_at)),
         ("started", _e(run.started_at or "")),

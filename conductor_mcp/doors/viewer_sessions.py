@@ -1,8 +1,10 @@
 """The viewer's sign-in sessions: a random id per login, an expiry, revocable, in a signed cookie.
 
-A session is `<id>.<expiry>.<mac>`: 128 random bits, the Unix time it ends (SESSION_TTL_S after the login), and
-an HMAC of both under a key derived from the server's bearer token. So every replica and restart that shares
-the token accepts it (no session table to share), and changing the token ends every session. Signing out
+A session is `<id>.<principal>.<expiry>.<mac>`: 128 random bits, the name of the principal that signed in
+(core/principal.py: the viewer shows it that principal's runs only), the Unix time it ends (SESSION_TTL_S after
+the login), and an HMAC of all three under a key derived from the server's admin token. So every replica and
+restart that shares the token accepts it (no session table to share), and changing the token ends every session;
+revoking the named token a session signed in with ends it too (doors/viewer.py asks the token file). Signing out
 revokes the id in this process (until it would have expired anyway); other replicas keep accepting it until
 then, which the README says.
 
@@ -40,26 +42,34 @@ class Sessions:
     def _mac(self, body: str) -> str:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
 
-    def issue(self) -> str:
-        body = f"{secrets.token_urlsafe(16)}.{math.ceil(time.time() + self.ttl_s)}"
+    def issue(self, principal: str) -> str:
+        body = f"{secrets.token_urlsafe(16)}.{principal}.{math.ceil(time.time() + self.ttl_s)}"
         return f"{body}.{self._mac(body)}"
 
-    def check(self, value: str) -> str | None:
-        """The session's id when `value` is a session this server issued, unexpired and not revoked."""
+    def check(self, value: str) -> tuple[str, str, int] | None:
+        """(id, principal, expiry) when `value` is a session this server issued, unexpired and not revoked."""
         body, _, mac = value.rpartition(".")
-        session_id, _, expiry = body.partition(".")
-        if not (session_id and expiry.isdigit() and hmac.compare_digest(mac.encode(), self._mac(body).encode())):
+        parts = body.split(".")
+        if len(parts) != 3 or not hmac.compare_digest(mac.encode(), self._mac(body).encode()):
+            return None
+        session_id, principal, expiry = parts
+        if not (session_id and principal and expiry.isdigit()):
             return None
         if int(expiry) <= time.time() or session_id in self._revoked:
             return None
-        return session_id
+        return session_id, principal, int(expiry)
+
+    def principal(self, value: str) -> str | None:
+        """The name of the principal a valid session signed in as."""
+        session = self.check(value)
+        return session[1] if session is not None else None
 
     def revoke(self, value: str) -> None:
-        session_id = self.check(value)
-        if session_id is not None:
+        session = self.check(value)
+        if session is not None:
             now = time.time()
             self._revoked = {i: until for i, until in self._revoked.items() if until > now}
-            self._revoked[session_id] = int(value.split(".")[1])
+            self._revoked[session[0]] = session[2]
 
     def find(self, cookie_header: str) -> str | None:
         """The first valid session value among a Cookie header's viewer cookies."""

@@ -42,8 +42,8 @@ MIGRATION_LOCK = 0x636F6E64756374  # pg_advisory_xact_lock key while migrating (
 CONNECT_TIMEOUT_S = 10
 
 _SAVE_RUN = (
-    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, principal, doc) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
     "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
 )
 _SAVE_STEP = (

@@ -54,8 +54,8 @@ def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:
 
 
 _SAVE_RUN = (
-    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, doc) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, principal, doc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
     "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
 )
 _SAVE_STEP = (

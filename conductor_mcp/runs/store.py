@@ -26,11 +26,12 @@ from typing import Any, ClassVar, LiteralString
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
+from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import StepNotFound
 
 # The schema each backend migrates a store to; a store written by a newer version is refused, not guessed at.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RUN_SUMMARY_KEYS: tuple[LiteralString, ...] = (
     "id",
     "created_at",
@@ -39,6 +40,7 @@ RUN_SUMMARY_KEYS: tuple[LiteralString, ...] = (
     "parent_id",
     "pool",
     "task",
+    "principal",
     "totals",
 )
 # Migration 2: run lists filtered by status, pool or parent, paged by (created_at, id). Each index ends in
@@ -62,6 +64,12 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
     LIST_INDEXES,
     # Migration 3: cancellation asked for by a process that does not execute the run; its owner polls for it.
     ("CREATE TABLE IF NOT EXISTS cancels (run_id TEXT PRIMARY KEY, requested_at TEXT NOT NULL)",),
+    # Migration 4: every run records its principal (core/principal.py); runs stored before then are the local
+    # user's. Lists of one principal's runs are paged like the others.
+    (
+        f"ALTER TABLE runs ADD COLUMN principal TEXT NOT NULL DEFAULT '{LOCAL_NAME}'",
+        "CREATE INDEX IF NOT EXISTS runs_by_principal_time ON runs (principal, created_at, id)",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -144,7 +152,7 @@ def safe_json(value: BaseModel | list[Any] | dict[str, Any], exclude: set[str] |
 
 def run_row(run: Run) -> tuple[Any, ...]:
     """A run's header as the `runs` row both backends store (the steps go in rows of their own)."""
-    columns = (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task)
+    columns = (run.id, run.created_at, run.updated_at, run.status, run.parent_id, run.pool, run.task, run.principal)
     return (*safe_params(columns), safe_json(run, exclude={"steps"}))
 
 
@@ -229,13 +237,21 @@ class Store(ABC):
         *,
         pool: str | None = None,
         parent_id: str | None = None,
+        principal: str | None = None,
         before: tuple[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Runs newest first, as small summaries (RUN_SUMMARY_KEYS, no steps), filtered by status, pool and
-        parent run (an empty filter: none). Paged by keyset, not offset: `before` is the (created_at, id) of the
-        last row of the previous page. See `list_query`."""
+        """Runs newest first, as small summaries (RUN_SUMMARY_KEYS, no steps), filtered by status, pool, parent
+        run and principal (an empty filter: none). Paged by keyset, not offset: `before` is the (created_at, id)
+        of the last row of the previous page. See `list_query`."""
         query, params = list_query(
-            self.TOTALS_JSON, self.MARK, limit, status=status, pool=pool, parent_id=parent_id, before=before
+            self.TOTALS_JSON,
+            self.MARK,
+            limit,
+            status=status,
+            pool=pool,
+            parent_id=parent_id,
+            principal=principal,
+            before=before,
         )
         return run_summaries(self._rows(query, params))
 
@@ -259,11 +275,17 @@ def list_query(
     status: str | None,
     pool: str | None,
     parent_id: str | None,
+    principal: str | None,
     before: tuple[str, str] | None,
 ) -> tuple[LiteralString, tuple[Any, ...]]:
     """The run-list query both backends run (see `Store.list_runs`): `totals` is the backend's expression for
     the totals JSON text, `mark` its parameter placeholder."""
-    filters: list[tuple[LiteralString, str | None]] = [("status", status), ("pool", pool), ("parent_id", parent_id)]
+    filters: list[tuple[LiteralString, str | None]] = [
+        ("status", status),
+        ("pool", pool),
+        ("parent_id", parent_id),
+        ("principal", principal),
+    ]
     where: list[LiteralString] = [f"{column} = {mark}" for column, value in filters if value]
     params: list[Any] = [value for _, value in filters if value]
     if before is not None:

@@ -75,13 +75,16 @@ async def test_sessions_expire_and_cannot_be_forged_or_stretched(tmp_path: Path)
     async with serving(tmp_path, auth) as client:
         cookie = await sign_in(client)
         name, _, value = cookie.partition("=")
-        session_id, expiry, mac = value.split(".")
-        stretched = f"{name}={session_id}.{int(expiry) + 3600}.{mac}"
+        session_id, principal, expiry, mac = value.split(".")
+        assert principal == "local"
+        stretched = f"{name}={session_id}.{principal}.{int(expiry) + 3600}.{mac}"
+        someone_else = f"{name}={session_id}.alice.{expiry}.{mac}"
         other = ViewerAuth("another-token-0123456789-abcdefghijklmn").sessions
         assert other is not None
-        foreign = f"{name}={other.issue()}"
+        foreign = f"{name}={other.issue('local')}"
         assert await status(client, cookie) == 200
         assert await status(client, stretched) == 401 and await status(client, foreign) == 401
+        assert await status(client, someone_else) == 401
         await asyncio.sleep(2.1)
         assert await status(client, cookie) == 401  # expired
         mcp = await client.post("/mcp", json=INITIALIZE, headers={**MCP_ACCEPT, "cookie": cookie})
@@ -168,3 +171,17 @@ async def test_wrong_tokens_are_throttled_per_client(tmp_path: Path) -> None:
             assert (await elsewhere.post("/ui/login", data={"token": "guess"})).status_code == 403
         assert (await elsewhere.post("/ui/login", data={"token": TOKEN})).status_code == 429
         assert (await elsewhere.get("/v1/models", headers=BEARER)).status_code == 429  # one record for both doors
+
+
+async def test_named_tokens_are_throttled_and_refused_as_the_admin_token_is(tmp_path: Path) -> None:
+    from conductor_mcp.tokens import TokenBook
+
+    book = TokenBook(tmp_path / "tokens.json")
+    named = book.add("alice")
+    async with serving(tmp_path, ViewerAuth(TOKEN, tokens=book)) as client:
+        assert (await client.get("/v1/models", headers={"authorization": f"Bearer {named}"})).status_code == 200
+        assert (await client.get("/v1/models", headers={"authorization": f"Bearer {named}x"})).status_code == 401
+        for _ in range(MAX_FAILURES - 1):
+            await client.get("/v1/models", headers={"authorization": "Bearer cmcp_guess"})
+        throttled = await client.get("/v1/models", headers={"authorization": f"Bearer {named}"})
+        assert throttled.status_code == 429

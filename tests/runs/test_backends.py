@@ -94,6 +94,7 @@ def test_list_runs_newest_first_by_status(open_store: Callable[[], Store]) -> No
         "parent_id",
         "pool",
         "task",
+        "principal",
         "totals",
     }
 
@@ -114,6 +115,18 @@ def test_list_runs_filters_by_pool_and_parent_and_pages_by_keyset(open_store: Ca
     assert [r["id"] for r in store.list_runs(parent_id="r0")] == ["r5", "r3"]
     assert [r["id"] for r in store.list_runs(2, pool="b", before=("2026-01-05T00:00Z", "r5"))] == ["r4", "r2"]
     assert store.list_runs(1)[0]["totals"]["total_tokens"] == 60
+
+
+def test_each_run_keeps_its_principal_and_lists_filter_by_it(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    for i, principal in enumerate(["alice", "bob", "alice", "local"]):
+        store.save_run(_run(f"r{i}", principal=principal, created_at=f"2026-01-0{i + 1}T00:00:00.000Z"))
+    store.update("r0", lambda run: [])  # a claim rewrites the row: the principal stays
+    assert open_store().load_run("r0").principal == "alice"
+    assert [r["id"] for r in store.list_runs(principal="alice")] == ["r2", "r0"]
+    assert [r["id"] for r in store.list_runs(principal="bob", before=("2026-01-03T00:00:00.000Z", "r2"))] == ["r1"]
+    assert [r["principal"] for r in store.list_runs()] == ["local", "alice", "bob", "alice"]
+    assert store.list_runs(principal="nobody") == []
 
 
 def test_update_is_atomic_across_connections(open_store: Callable[[], Store]) -> None:

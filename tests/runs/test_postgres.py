@@ -35,6 +35,8 @@ def test_a_database_from_before_schema_versions_is_migrated(postgres_url: str) -
         )
     store = PostgresStore(postgres_url)
     assert store.load_run("old").task == "t" and store.stats().schema_version == SCHEMA_VERSION
+    assert store.load_run("old").principal == "local"  # runs from before principals are the local user's
+    assert [(r["id"], r["principal"]) for r in store.list_runs(principal="local")] == [("old", "local")]
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION + 1,))

@@ -183,8 +183,11 @@ def test_a_file_from_before_schema_versions_opens_migrated_and_keeps_its_runs(tm
     assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     indexes = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"runs_by_status_time", "runs_by_pool_time", "runs_by_parent"} <= indexes
-    store.save_run(_run("new"))
+    assert run.principal == "local"  # runs from before principals are the local user's
+    assert [r["id"] for r in store.list_runs(principal="local")] == ["v1run"]
+    store.save_run(_run("new", principal="alice"))
     assert [r["id"] for r in store.list_runs()] == ["new", "v1run"]
+    assert [r["id"] for r in store.list_runs(principal="alice")] == ["new"]
 
 
 def test_a_store_from_a_newer_version_is_refused_with_advice(tmp_path: Path) -> None:
