@@ -13,6 +13,7 @@ import pytest
 from mcp.client import Client
 from mcp_types import CreateMessageRequestParams, CreateMessageResult, TextContent
 
+from conductor_mcp.doors.host_sampling import host_of
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.service import Service
 from tests.conftest import scripted_pool, sim_pool_doc, write_pool
@@ -173,3 +174,28 @@ def test_the_builtin_host_pool_falls_back_to_the_local_model_without_sampling() 
     assert pool.get("host").is_host() and pool.get("host").fallbacks == ["answerer"]
     assert allowed_ids(pool, None, host_offered=False) == ["answerer"]
     assert allowed_ids(pool, None, host_offered=True) is None
+
+
+async def test_the_run_holds_the_session_no_longer_than_it_runs(
+    service: Service, pool_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+    import weakref
+
+    from conductor_mcp.doors import mcp as mcp_door
+
+    made: list[weakref.ref[Any]] = []
+
+    def recorded(ctx: Any) -> Any:
+        host = host_of(ctx)
+        if host is not None:
+            made.append(weakref.ref(host))
+        return host
+
+    monkeypatch.setattr(mcp_door, "host_of", recorded)
+    scripted_pool(pool_dir, "held", [("host", "Answer.", [])], workers=with_host()["workers"], anonymize=False)
+    async with Client(build_server(service), mode="legacy", sampling_callback=Host()) as client:
+        result = await client.call_tool("orchestrate", {"task": "t", "pool": "held"})
+        assert result.structured_content["status"] == "done"
+    gc.collect()
+    assert made and all(ref() is None for ref in made)  # nothing kept the session once the run ended
