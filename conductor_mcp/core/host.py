@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 HOST_MODEL = "host"  # a worker's `model`: the MCP host's own model, asked through sampling
 HOST_ONLY_FIELDS = ("preferences",)
+NO_HOST = (
+    "no MCP session that answers sampling is attached to this run (it was started or resumed by a client without "
+    "the sampling capability): continue_workflow from one that has it"
+)
 HOST_PARAMS = frozenset({"max_tokens", "temperature", "stop"})  # what a sampling request can carry
 # A worker's fields that mean nothing for the host's model: the MCP client picks the model and reaches it.
 _NOT_FOR_HOST = (

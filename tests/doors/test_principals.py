@@ -22,7 +22,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import HttpServer, server_env, sim_pool_doc, write_pool
+from tests.conftest import INITIALIZE, MCP_ACCEPT, HttpServer, server_env, sim_pool_doc, write_pool
 from tests.doors.test_tasks import HttpTasksClient
 
 pytestmark = [pytest.mark.slow]
@@ -181,6 +181,17 @@ async def test_mcp_tools_and_resources_show_a_principal_its_own_runs_only(team: 
         follow_up = await alice.call_tool("continue_workflow", again)
         assert follow_up.structured_content["parent_run_id"] == run_id
         assert (await alice.call_tool("continue_workflow", {"run_id": bobs, "wait_seconds": 0})).is_error
+
+
+def test_an_mcp_session_answers_only_the_principal_that_opened_it(team: Team) -> None:
+    """The SDK binds a session to the principal of the AccessToken that opened it (doors/principals.py)."""
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    with team.http("alice") as alice, team.http("bob") as bob:
+        opened = alice.post("/mcp", json=INITIALIZE, headers=MCP_ACCEPT)
+        assert opened.status_code == 200
+        session = {**MCP_ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"]}
+        assert bob.post("/mcp", json=listing, headers=session).status_code == 404
+        assert alice.post("/mcp", json=listing, headers=session).status_code == 200
 
 
 def test_tasks_of_another_principal_are_unknown_and_cannot_be_cancelled(team: Team) -> None:

@@ -214,3 +214,30 @@ def test_view_refuses_an_unknown_run_before_serving(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2 and "no-such-run" in done.stderr and not done.stdout
+
+
+async def test_view_serves_the_local_user_who_sees_every_principals_runs(viewer_service: Service) -> None:
+    """`conductor-mcp view`'s app (doors/http.viewer_app): its own token is the local user's, an admin."""
+    from conductor_mcp.doors.http import viewer_app
+    from conductor_mcp.reader import RunReader
+
+    for run_id, principal in (("a1", "alice"), ("b1", "bob")):
+        run = Run(
+            id=run_id,
+            task=f"task {run_id}",
+            pool="testpool",
+            pool_digest="d",
+            conductor_model="m",
+            max_steps=1,
+            status="done",
+            principal=principal,
+        )
+        viewer_service._store.save_run(run)
+    with RunReader.open(viewer_service.settings) as reader:
+        app = viewer_app(reader, "127.0.0.1", TOKEN, ViewerAuth(TOKEN))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as client:
+            listing = await client.get("/ui/", headers=BEARER)
+            assert 'data-run="a1"' in listing.text and 'data-run="b1"' in listing.text
+            page = await client.get("/ui/runs/b1", headers=BEARER)
+            assert page.status_code == 200 and "<dt>started by</dt><dd>bob</dd>" in page.text
