@@ -27,6 +27,10 @@ _ALLOWED_HOST_HELP = (
 _NO_AUTH_HELP = (
     "serve HTTP without a bearer token (loopback only): any local account can then read runs and spend the pools' keys"
 )
+_METRICS_PORT_HELP = (
+    "also serve Prometheus /metrics on this loopback port, without a token (env CONDUCTOR_METRICS_PORT; "
+    "with --http, /metrics is served behind the token anyway)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     serve.add_argument("--allowed-host", action="append", default=[], help=_ALLOWED_HOST_HELP)
     serve.add_argument("--no-auth", action="store_true", help=_NO_AUTH_HELP)
+    serve.add_argument("--metrics-port", type=int, help=_METRICS_PORT_HELP)
 
     view = sub.add_parser("view", help="serve the run viewer on loopback over the store (read only); print its URL")
     view.add_argument("run_id", nargs="?", help="open this run's page (default: the run list)")

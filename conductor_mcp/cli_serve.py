@@ -16,6 +16,7 @@ from conductor_mcp.runtime import settle_collector
 
 
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.doors.metrics import metrics_port
     from conductor_mcp.service import Service
 
     if args.http:
@@ -33,14 +34,24 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
             settle_collector()
-            await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
+            with metrics_port(service.telemetry.metrics, _metrics_port(args, settings)):
+                await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
         async with Service.open(settings) as service:
             settle_collector()
-            await serve_stdio(service)
+            with metrics_port(service.telemetry.metrics, _metrics_port(args, settings)):
+                await serve_stdio(service)
     return 0
+
+
+def _metrics_port(args: argparse.Namespace, settings: Settings) -> int | None:
+    """--metrics-port, else CONDUCTOR_METRICS_PORT; checked before anything is served."""
+    port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+    if port is not None and not 0 <= port <= 65535:
+        raise RequestError(f"--metrics-port: {port} is not a port number (0-65535)")
+    return port
 
 
 async def view(args: argparse.Namespace, settings: Settings) -> int:

@@ -75,6 +75,36 @@ class Settings(BaseSettings):
         repr=False,
     )
     sim_call_log: Path | None = Field(default=None, description="the simulator appends each answered call here (tests)")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve Prometheus /metrics on this loopback port too, without auth"
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("otel_exporter_otlp_endpoint", "otlp_endpoint"),
+        description="OTEL_EXPORTER_OTLP_ENDPOINT: send every run's trace there (OTLP over HTTP/protobuf; /v1/traces "
+        "is appended); unset: no traces",
+    )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("otel_exporter_otlp_traces_endpoint", "otlp_traces_endpoint"),
+        description="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: the full URL for traces, used as given (wins over the above)",
+    )
+    otlp_headers: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("otel_exporter_otlp_headers", "otlp_headers"),
+        description="OTEL_EXPORTER_OTLP_HEADERS: key=value pairs, comma-separated, sent with each export",
+        repr=False,
+    )
+    otel_service_name: str = Field(
+        default="conductor-mcp",
+        validation_alias=AliasChoices("otel_service_name"),
+        description="OTEL_SERVICE_NAME: the service.name of the traces",
+    )
+    trace_content: bool = Field(
+        default=False,
+        description="put prompts and answers in trace spans (gen_ai.input.messages / output.messages); off: only "
+        "models, tokens, finish reasons and timings",
+    )
     workspace_dir: Path | None = Field(
         default=None, description="where agent workspaces live (outside /tmp for Codex); unset: state_dir/workspaces"
     )
@@ -93,7 +123,7 @@ class Settings(BaseSettings):
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
 
-    @field_validator("pool", "http_token", "database_url", mode="before")
+    @field_validator("pool", "http_token", "database_url", "otlp_endpoint", "otlp_traces_endpoint", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return value or None
@@ -164,6 +194,14 @@ def _shown(value: Any) -> Any:
 def environment_value(name: str) -> str | None:
     """The value of an environment variable a pool names (an API key), read when it is needed."""
     return os.environ.get(name) or None
+
+
+def proxy_configured() -> bool:
+    """Whether the environment names an HTTP proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, in either case), which
+    model calls then honour, NO_PROXY included."""
+    return any(
+        value and name.lower() in ("http_proxy", "https_proxy", "all_proxy") for name, value in os.environ.items()
+    )
 
 
 def child_environment(**extra: str) -> dict[str, str]:

@@ -1,17 +1,15 @@
 """The service: one lifespan that owns every run it starts. Plan, start, follow, continue and cancel runs.
 
-`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL)
-joins the replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the
-block cancels and awaits them all (runs still executing are recorded as interrupted, for any later process to
-resume). Requests arrive validated (`RunRequest`); every state change of a run is written to the store before
-the caller hears of it, so nothing already computed is lost.
+`async with Service.open(settings) as service:` opens the store, takes this process's lease and (PostgreSQL) joins the
+replicas' progress bus; every run task and watcher it starts is owned by its TaskOwner, and leaving the block cancels
+and awaits them all (runs still executing are recorded as interrupted, for a later process to resume). Requests arrive
+validated (`RunRequest`); every change of a run is stored before the caller hears of it, so nothing computed is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -26,7 +24,7 @@ from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
-from conductor_mcp.core.records import Run, ToolResult, now
+from conductor_mcp.core.records import Run, ToolResult, new_run_id, now
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
@@ -44,17 +42,14 @@ from conductor_mcp.runs.active import CANCEL_GRACE_S, ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.cancels import ask_to_cancel, serve_cancel_requests
 from conductor_mcp.runs.leases import Lease
+from conductor_mcp.runs.reclaim import Reclaimer
 from conductor_mcp.runs.store import Store
+from conductor_mcp.telemetry.observer import Telemetry
 
 if TYPE_CHECKING:
     from conductor_mcp.runs.postgres_live import ProgressBus
 
 log = get_logger(__name__)
-
-
-def new_run_id() -> str:
-    """Random, not sequential: one user's run ids tell nothing about another's."""
-    return secrets.token_hex(8)
 
 
 class Service(RunReader):
@@ -68,7 +63,8 @@ class Service(RunReader):
         self._lease = lease
         self._owner = owner
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
-        self._active = ActiveRuns(owner, bus.publish if bus else None)
+        self.telemetry = Telemetry(settings, store, lease)  # metrics, and traces when an OTLP endpoint is set
+        self._active = ActiveRuns(owner, bus.publish if bus else None, self.telemetry.watch)
         self.providers = Providers(settings)
         self.conductor = Conductor(self.providers)
         self.server_budget = ServerBudget(max_tokens=settings.server_max_tokens, max_usd=settings.server_max_usd)
@@ -88,6 +84,7 @@ class Service(RunReader):
             lease = open_lease(settings.state_dir, store)
             try:
                 service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                lease.when_regained(Reclaimer(store, service._active, lease.token, asyncio.get_running_loop()))
                 service.workspaces = await stack.enter_async_context(open_workspaces(settings))
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
                 try:
@@ -108,6 +105,8 @@ class Service(RunReader):
         await self._owner.close()
         if self._bus is not None:
             await self._bus.close()
+        await anyio.to_thread.run_sync(self.telemetry.close)  # the spans of the runs just interrupted, sent
+        await self.providers.aclose()
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
@@ -153,10 +152,8 @@ class Service(RunReader):
         return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
     def start(self, request: RunRequest, workflow: Workflow | None = None) -> Run:
-        """Store and start a run in the background; `wait` collects it.
-
-        With `workflow` the conductor is not asked: that workflow runs as given (baselines, replays).
-        """
+        """Store and start a run in the background; `wait` collects it. With `workflow` the conductor is not
+        asked: that workflow runs as given (baselines, replays)."""
         run, pool = self._new_run(request)
         if workflow is not None:
             run.workflow = given_workflow(workflow, [*pool.visible_ids(), CONDUCTOR_ID])
@@ -292,7 +289,6 @@ class Service(RunReader):
     ) -> Run:
         """As RunReader.wait; if the waiting caller is cancelled, the run is cancelled too (its finished steps are
         kept) only with `cancel_on_exit`, which the caller that started the run passes; others just stop waiting."""
-        here = self._active.get(run_id)
         try:
             await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
         except asyncio.CancelledError:
@@ -300,7 +296,7 @@ class Service(RunReader):
                 with anyio.CancelScope(shield=True):
                     await self.cancel(run_id)
             raise
-        return here if here is not None and run_id not in self._active else self.get_run(run_id)
+        return self.get_run(run_id)  # as stored: here, or where another replica took it over (runs/reclaim.py)
 
     async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
         """Cancel a run wherever it executes, keeping its finished steps; a run that has ended stays as it is.
@@ -383,10 +379,8 @@ class Service(RunReader):
         return active if active is not None else super().get_run(run_id)
 
     def reconcile(self, run_id: str) -> Run:
-        """Record a run whose process died as interrupted (its running steps as cancelled); return the run.
-
-        The check is repeated inside the store's transaction, so a run another process has just claimed is
-        left alone."""
+        """Record a run whose process died as interrupted (its running steps as cancelled); return the run. The
+        check is repeated inside the store's transaction, so a run another process has just claimed is left alone."""
         run = self._store.load_run(run_id)
         if self._orphaned(run):
             run = self._store.update(run_id, lambda fresh: fresh.mark_interrupted() if self._orphaned(fresh) else None)

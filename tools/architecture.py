@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "config", "runtime"),
     ("logs", "lifetimes", "isolation", "private"),
     ("core",),
-    ("models", "runs", "agents"),
+    ("models", "runs", "agents", "telemetry"),
     ("engine",),
     ("pools", "reader", "service", "context_files", "tokens", "access"),
     ("doors",),

@@ -1,21 +1,28 @@
 """Engine overhead and parallelism, measured side by side in one run.
 
-1. Per-step overhead: the same simulated calls (instant workers, identical messages) made
-   a) directly through litellm.acompletion,
-   b) through Providers.complete (our retry/fallback/cost layer),
-   c) as steps of a workflow run by the executor (scheduling, message building, SQLite writes, events).
-   Targets: (c) under 5 ms per step in all; (c) - (a), the engine's own share, under 1 ms.
+1. Per-step overhead, in CPU ms of this process (time.process_time, so other load on the machine does not count),
+   on two routes: the simulator (instant `sim/` workers, a litellm custom provider) and HTTP (`hosted_vllm/`
+   workers on a scripted OpenAI-compatible server on loopback, tools/stub_openai.py, in its own process so its
+   CPU is not counted). The same calls with identical messages, made
+   a) as a bare call: a plain POST and JSON parse (HTTP only: the floor of the HTTP work itself), with httpx and
+      with aiohttp (the library Providers' direct path uses for `hosted_vllm/` models),
+   b) directly through litellm.acompletion,
+   c) through Providers.complete (our retry/fallback/cost layer),
+   d) as steps of a workflow run by the executor (scheduling, message building, SQLite writes, events).
+   Targets: (d) under 5 ms per step in all; the engine's own share, (d) less the bare call of its route ((a) with
+   aiohttp on HTTP, (b) on the simulator), at most 0.3 ms.
 2. Parallelism: a 4-way fan-out plus an aggregator on simulated workers with fixed latencies, against its
    critical path (slowest branch + aggregator) and against sequential execution (sum of latencies).
    Target: within 10% of the critical path.
 
-    python tools/bench_engine.py [--steps 200] [--reps 5]
+    python tools/bench_engine.py [--steps 200] [--reps 5] [--route sim|http|both]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -27,7 +34,10 @@ from typing import Any
 from conductor_mcp.runtime import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before litellm loads
+import aiohttp
+import httpx
 import litellm
+import stub_openai  # tools/ is on sys.path
 
 # isort: on
 from conductor_mcp.config import Settings
@@ -36,18 +46,36 @@ from conductor_mcp.core.records import Run
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.executor import Executor
 from conductor_mcp.models import providers
+from conductor_mcp.models.local import free_port
 from conductor_mcp.models.sim import SimCall
 from conductor_mcp.runs.sqlite import SqliteStore
 
 FAN_LATENCIES = [0.20, 0.30, 0.40, 0.50]
 AGGREGATOR_LATENCY = 0.20
+OWN_TARGET_MS = 0.3
+PRICE = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+
+
+def http_pool(api_base: str) -> Any:
+    """One `hosted_vllm/instant` worker on the stub server, priced in the pool as a vLLM worker is."""
+    worker = {"id": "instant", "model": "hosted_vllm/instant", "api_base": api_base, "description": "instant"}
+    return parse_pool(
+        {
+            "name": "bench-http",
+            "anonymize": False,
+            "max_steps": 20,
+            "conductor": {"model": "hosted_vllm/conductor", "api_base": api_base},
+            "workers": [{**worker, "price": PRICE, "max_retries": 0}],
+        },
+        source="bench",
+        default_name="bench-http",
+    )
 
 
 def bench_pool() -> Any:
     fixed = {"tokens_per_s": 1e9, "output_tokens": 1}
     workers = {"instant": {"first_token_s": 0.0, **fixed}, "agg": {"first_token_s": AGGREGATOR_LATENCY, **fixed}}
     workers |= {f"branch{i}": {"first_token_s": s, **fixed} for i, s in enumerate(FAN_LATENCIES)}
-    price = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
     return parse_pool(
         {
             "name": "bench",
@@ -55,7 +83,7 @@ def bench_pool() -> Any:
             "max_steps": 20,
             "conductor": {"model": "sim/conductor"},
             "workers": [
-                {"id": name, "model": f"sim/{name}", "description": name, "price": price, "max_retries": 0}
+                {"id": name, "model": f"sim/{name}", "description": name, "price": PRICE, "max_retries": 0}
                 for name in workers
             ],
             "simulation": {"workers": workers},
@@ -81,32 +109,59 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
 
 async def per_step(
     pool: Any, store: SqliteStore, models: providers.Providers, steps: int
-) -> tuple[float, float, float]:
-    """ms per call: direct litellm, Providers.complete, executor step; all on identical messages."""
+) -> tuple[tuple[float, float] | None, float, float, float]:
+    """CPU ms per call: a bare HTTP POST (HTTP pools only), direct litellm, Providers.complete, an executor step;
+    all on identical messages."""
     chain = Workflow(
         steps=[
             Step(worker="instant", instruction=f"Refine step {i}.", access=[i - 1] if i else []) for i in range(steps)
         ]
     )
     run = new_run(pool, chain)
-    started = time.perf_counter()
+    started = time.process_time()
     await Executor(pool, store, models).execute(run)
-    executor_ms = (time.perf_counter() - started) * 1000 / steps
+    executor_ms = (time.process_time() - started) * 1000 / steps
     assert run.status == "done" and all(s.status == "done" for s in run.steps), run.stop or run.error
     spec = pool.get("instant")
     all_messages = [store.step_messages(run.id, str(i)) or [] for i in range(steps)]
     sim_call = SimCall(reference=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
     request = providers.call_arguments(spec, [], sim_call)
     request.pop("messages")
-    started = time.perf_counter()
+    bare_ms = (await bare_httpx(spec, all_messages), await bare_aiohttp(spec, all_messages)) if spec.api_base else None
+    started = time.process_time()
     for messages in all_messages:
         await litellm.acompletion(messages=messages, **request)
-    direct_ms = (time.perf_counter() - started) * 1000 / steps
-    started = time.perf_counter()
+    direct_ms = (time.process_time() - started) * 1000 / steps
+    started = time.process_time()
     for messages in all_messages:
         await models.complete(spec, messages, label="instant", metadata=run.metadata, simulation=pool.simulation)
-    provider_ms = (time.perf_counter() - started) * 1000 / steps
-    return direct_ms, provider_ms, executor_ms
+    provider_ms = (time.process_time() - started) * 1000 / steps
+    return bare_ms, direct_ms, provider_ms, executor_ms
+
+
+async def bare_aiohttp(spec: Any, all_messages: list[list[dict[str, Any]]]) -> float:
+    """CPU ms of one plain aiohttp POST of the same chat request and the parse of its JSON answer: the floor."""
+    name = spec.model.split("/", 1)[1]
+    url = f"{spec.api_base}/chat/completions"
+    async with aiohttp.ClientSession(headers={"content-type": "application/json"}) as session:
+        started = time.process_time()
+        for messages in all_messages:
+            async with session.post(url, data=json.dumps({"model": name, "messages": messages})) as response:
+                assert response.status == 200
+                assert json.loads(await response.read())["choices"][0]["message"]["content"]
+        return (time.process_time() - started) * 1000 / len(all_messages)
+
+
+async def bare_httpx(spec: Any, all_messages: list[list[dict[str, Any]]]) -> float:
+    """CPU ms of one plain httpx POST of the same chat request and the parse of its JSON answer."""
+    name = spec.model.split("/", 1)[1]
+    async with httpx.AsyncClient(base_url=spec.api_base, timeout=spec.timeout_s) as client:
+        started = time.process_time()
+        for messages in all_messages:
+            response = await client.post("/chat/completions", json={"model": name, "messages": messages})
+            response.raise_for_status()
+            assert response.json()["choices"][0]["message"]["content"]
+        return (time.process_time() - started) * 1000 / len(all_messages)
 
 
 async def fan_out(pool: Any, store: SqliteStore, models: providers.Providers) -> tuple[float, float, float]:
@@ -121,38 +176,70 @@ async def fan_out(pool: Any, store: SqliteStore, models: providers.Providers) ->
     return wall, max(latencies[:4]) + latencies[4], sum(latencies)
 
 
+async def route_overhead(route: str, pool: Any, store: SqliteStore, models: providers.Providers, args: Any) -> None:
+    """Print one route's per-step figures (median of --reps runs)."""
+    await per_step(pool, store, models, 20)  # warm-up: imports, litellm caches, SQLite pages, connections
+    rows = [await per_step(pool, store, models, args.steps) for _ in range(args.reps)]
+    bares = [row[0] for row in rows if row[0] is not None]
+    httpx_ms, bare = (statistics.median(b[i] for b in bares) for i in (0, 1)) if bares else (None, None)
+    direct, provider, executor = (statistics.median(col) for col in zip(*(row[1:] for row in rows), strict=True))
+    floor = bare if bare is not None else direct
+    own = executor - floor
+    print(f"\nper-step CPU, {route} ({args.steps} chained steps, median of {args.reps} runs, this process only)")
+    if bare is not None and httpx_ms is not None:
+        print(f"  bare aiohttp POST + JSON      {bare:7.3f} ms/call   (the floor)")
+        print(f"  bare httpx POST + JSON        {httpx_ms:7.3f} ms/call   ({httpx_ms / floor:.2f}x the bare call)")
+    print(f"  litellm.acompletion direct    {direct:7.3f} ms/call   ({direct / floor:.2f}x the bare call)")
+    print(f"  Providers.complete            {provider:7.3f} ms/call   ({provider / floor:.2f}x the bare call)")
+    print(
+        f"  executor step (all included)  {executor:7.3f} ms/step   ({executor / floor:.2f}x the bare call)"
+        f"   target < 5 ms: {'PASS' if executor < 5 else 'FAIL'}"
+    )
+    print(
+        f"  engine's own share            {own:7.3f} ms/step   (step - {'bare call' if bare else 'litellm'})"
+        f"   target <= {OWN_TARGET_MS} ms: {'PASS' if own <= OWN_TARGET_MS else 'FAIL'}"
+    )
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--route", choices=("sim", "http", "both"), default="both")
     args = parser.parse_args()
     pool = bench_pool()
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SqliteStore(Path(tmp) / "bench.sqlite3")
-        models = providers.Providers(Settings.from_env(state_dir=Path(tmp), sim_time_scale=1.0))
-        await per_step(pool, store, models, 20)  # warm-up: imports, litellm caches, SQLite pages
-        rows = [await per_step(pool, store, models, args.steps) for _ in range(args.reps)]
-        direct, provider, executor = (statistics.median(col) for col in zip(*rows, strict=True))
-        own = executor - direct
-        print(f"per-step overhead, instant simulated workers ({args.steps} chained steps, median of {args.reps} runs)")
-        print(f"  litellm.acompletion direct    {direct:7.3f} ms/call")
-        print(f"  Providers.complete            {provider:7.3f} ms/call   ({provider / direct:.2f}x direct)")
-        print(
-            f"  executor step (all included)  {executor:7.3f} ms/step   ({executor / direct:.2f}x direct)"
-            f"   target < 5 ms: {'PASS' if executor < 5 else 'FAIL'}"
-        )
-        print(f"  engine's own share            {own:7.3f} ms/step   target < 1 ms: {'PASS' if own < 1 else 'FAIL'}")
-        fans = [await fan_out(pool, store, models) for _ in range(args.reps)]
-        wall, critical, sequential = (statistics.median(col) for col in zip(*fans, strict=True))
-        print(f"\n4-way fan-out + aggregator (branch latencies {FAN_LATENCIES} s, aggregator {AGGREGATOR_LATENCY} s)")
-        print(f"  wall time        {wall:6.3f} s")
-        print(
-            f"  critical path    {critical:6.3f} s   wall/critical   = {wall / critical:.3f}"
-            f"   target <= 1.10: {'PASS' if wall / critical <= 1.10 else 'FAIL'}"
-        )
-        print(f"  sequential       {sequential:6.3f} s   wall/sequential = {wall / sequential:.3f}")
-        store.close()
+    port = free_port()
+    stub = stub_openai.start(port) if args.route != "sim" else None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SqliteStore(Path(tmp) / "bench.sqlite3")
+            models = providers.Providers(Settings.from_env(state_dir=Path(tmp), sim_time_scale=1.0))
+            if args.route != "http":
+                await route_overhead("simulated workers (sim/, in-process)", pool, store, models, args)
+            if stub is not None:
+                route = "HTTP workers (hosted_vllm/ on a loopback OpenAI-compatible stub)"
+                await route_overhead(route, http_pool(f"http://127.0.0.1:{port}/v1"), store, models, args)
+            await fan_out_report(pool, store, models, args.reps)
+            await models.aclose()
+            await providers.close_clients()
+            store.close()
+    finally:
+        if stub is not None:
+            stub.kill()
+            stub.wait()
     return 0
+
+
+async def fan_out_report(pool: Any, store: SqliteStore, models: providers.Providers, reps: int) -> None:
+    fans = [await fan_out(pool, store, models) for _ in range(reps)]
+    wall, critical, sequential = (statistics.median(col) for col in zip(*fans, strict=True))
+    print(f"\n4-way fan-out + aggregator (branch latencies {FAN_LATENCIES} s, aggregator {AGGREGATOR_LATENCY} s)")
+    print(f"  wall time        {wall:6.3f} s")
+    print(
+        f"  critical path    {critical:6.3f} s   wall/critical   = {wall / critical:.3f}"
+        f"   target <= 1.10: {'PASS' if wall / critical <= 1.10 else 'FAIL'}"
+    )
+    print(f"  sequential       {sequential:6.3f} s   wall/sequential = {wall / sequential:.3f}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@ CPU is read and printed beside the server's, so a client bottleneck shows. Phase
 3. Replicas, only with --database-url postgresql://...: 1 then --replicas server processes on that database
    (CONDUCTOR_DATABASE_URL), the same CPU-bound sim load spread over them. Target: 2 replicas >= 1.8x one.
 
+Phases 1 and 2 run on each of --routes: `sim` (the simulator, a litellm custom provider inside the server) and
+`http` (the same shapes of run on `hosted_vllm/` workers and conductor served by tools/stub_openai.py, a scripted
+OpenAI-compatible server on loopback in its own process, whose CPU is not counted: the path real pools take).
+On the HTTP route the bare HTTP work (a plain aiohttp POST of the same requests and the parse of the answer) is
+timed beside litellm's, and the server's own CPU is what is left after the bare calls.
+
     python tools/bench_load.py                      # 1,000 concurrent runs of 30 s, 3 rounds (~5 min)
     python tools/bench_load.py --quick              # the same measurements, smaller (under 2 minutes)
     python tools/bench_load.py --database-url postgresql://user@host/db --replicas 2
@@ -37,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +56,9 @@ PROTOCOL = "2026-07-28"
 HARD_TASK = "Work out step by step whether {i} is prime, and state the answer."
 HOLD_POOL = "loadbench"
 CPU_POOL = "simfast"
+HTTP_HOLD_POOL = "stubhold"
+HTTP_CPU_POOL = "stubfast"
+OWN_TARGET_MS = 5.0
 CPU_TIME_SCALE = 0.05  # tens of ms per call: events spaced as in a real run (CPU does not depend on it)
 # The hold pool's latencies, in seconds at time_scale 1: conductor 6, then either helper-lead-helper in sequence or
 # (lead | helper | third) in parallel and the lead aggregating: 24 either way, so every run takes the same 30 s.
@@ -185,6 +196,55 @@ def memory_kib(pid: int, name: str = "VmRSS") -> int:
         if line.startswith(f"{name}:"):
             return int(line.split()[1])
     raise LookupError(name)
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the runs of a phase reach their models: the pools of its CPU phase and of its hold."""
+
+    name: str
+    cpu_pool: str
+    hold_pool: str
+
+
+ROUTES = {
+    "sim": Route("sim", CPU_POOL, HOLD_POOL),
+    "http": Route("http", HTTP_CPU_POOL, HTTP_HOLD_POOL),
+}
+
+
+def stub_delays(hold_scale: float) -> dict[str, float]:
+    """The stub server's latency per model name: the HTTP pools' models (`cpu-*` at CPU_TIME_SCALE, `hold-*` at the
+    hold's scale); any other name (the direct calls timed in this process) is answered at once."""
+    scales = (("cpu", CPU_TIME_SCALE), ("hold", hold_scale))
+    return {f"{kind}-{role}": s * scale for kind, scale in scales for role, s in LATENCIES.items()}
+
+
+def write_http_pools(directory: Path, api_base: str) -> None:
+    """`stubfast` and `stubhold`: hosted_vllm/ models on the stub server, the stub's workflow over them (helper and
+    third in parallel, lead reading both: the hold's 30 s), priced in the pool as vLLM workers are."""
+    import yaml
+    from stub_openai import WORKERS
+
+    price = {"input_per_mtok": 1, "output_per_mtok": 2}
+    for name, kind in ((HTTP_CPU_POOL, "cpu"), (HTTP_HOLD_POOL, "hold")):
+
+        def model(role: str, kind: str = kind) -> dict[str, Any]:  # max_concurrency: every run in flight may call
+            return {
+                "model": f"hosted_vllm/{kind}-{role}",
+                "api_base": api_base,
+                "price": price,
+                "max_concurrency": 4096,
+            }
+
+        pool = {
+            "name": name,
+            "anonymize": False,
+            "max_steps": 4,
+            "conductor": {**model("conductor"), "structured_output": "json_schema"},
+            "workers": [{"id": w, "description": f"Worker {w}.", **model(w)} for w in WORKERS],
+        }
+        (directory / f"{name}.yaml").write_text(yaml.safe_dump(pool))
 
 
 def write_pools(directory: Path, time_scale: float) -> None:
@@ -344,8 +404,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def litellm_ms_per_call(pools: Path, calls: int) -> tuple[float, float]:
-    """CPU ms of one direct litellm.acompletion on the sim pool, as the server makes it: (conductor, worker)."""
+@dataclass
+class Direct:
+    """CPU ms of one call made directly in this process, as the server makes it, by kind (conductor, worker)."""
+
+    litellm: tuple[float, float]
+    bare: tuple[float, float] | None = None  # a plain aiohttp POST and JSON parse: HTTP routes only
+
+
+async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
+    """The CPU of the calls one run of `pool_name` makes, made directly in this process: through
+    litellm.acompletion and, for HTTP models, as a bare aiohttp POST. HTTP calls go to the stub under a name it answers
+    at once (`direct-*`), with the messages the server sends."""
     # isort: off
     from conductor_mcp.runtime import prefer_bundled_price_map
 
@@ -362,30 +432,59 @@ async def litellm_ms_per_call(pools: Path, calls: int) -> tuple[float, float]:
     from conductor_mcp.pools import load_pool
 
     register()  # the server's Providers does this: `sim/*` through litellm
-    pool = load_pool(CPU_POOL, [pools])
+    litellm.suppress_debug_info = True
+    pool = load_pool(pool_name, [pools])
     sim_call = SimCall(simulation=pool.simulation or SimulationConfig(), time_scale=0.0)
     schema = response_format(pool.conductor, workflow_json_schema(pool.visible_ids(), pool.max_steps))
-    worker = pool.workers[0]
     workflow = Workflow(steps=[Step(worker=pool.visible_ids()[0], instruction="Solve the task.", access=[])])
     shapes = {
         "conductor": providers.call_arguments(pool.conductor, [], sim_call, response_format=schema),
-        "worker": providers.call_arguments(worker, [], sim_call),
+        "worker": providers.call_arguments(pool.workers[0], [], sim_call),
     }
-    timings = []
+    for request in shapes.values():
+        request["model"] = re.sub(r"/(cpu|hold)-", "/direct-", request["model"])
+
+    def messages(kind: str, i: int) -> list[dict[str, Any]]:
+        task = HARD_TASK.format(i=i)
+        if kind == "conductor":
+            return conductor_messages(pool, pool.max_steps, task, None)
+        return worker_messages(task, None, workflow, 0, {})
+
+    timings: dict[str, list[float]] = {"litellm": [], "bare": []}
     for kind, request in shapes.items():
         total = 0.0
         for i in range(calls + 5):
-            task = HARD_TASK.format(i=i)
-            messages = (
-                conductor_messages(pool, pool.max_steps, task, None)
-                if kind == "conductor"
-                else worker_messages(task, None, workflow, 0, {})
-            )
+            arguments = {**request, "messages": messages(kind, i)}
+            if "metadata" in request:
+                arguments["metadata"] = {**request["metadata"]}  # litellm writes into the one it is given
             started = time.process_time()
-            await litellm.acompletion(**{**request, "messages": messages, "metadata": {**request["metadata"]}})
+            await litellm.acompletion(**arguments)
             total += (time.process_time() - started) if i >= 5 else 0.0  # the first calls warm caches
-        timings.append(total * 1000 / calls)
-    return timings[0], timings[1]
+        timings["litellm"].append(total * 1000 / calls)
+        if "api_base" in request:
+            timings["bare"].append(await bare_ms_per_call(request, [messages(kind, i) for i in range(calls + 5)]))
+    await providers.close_clients()
+    litellm_ms = (timings["litellm"][0], timings["litellm"][1])
+    return Direct(litellm_ms, (timings["bare"][0], timings["bare"][1]) if timings["bare"] else None)
+
+
+async def bare_ms_per_call(request: dict[str, Any], all_messages: list[list[dict[str, Any]]]) -> float:
+    """CPU ms of a plain aiohttp POST of this chat request (the first 5 uncounted) and the parse of its answer:
+    aiohttp, the library of the server's direct path (httpx costs ~5x more per call, see tools/bench_engine.py)."""
+    import aiohttp
+
+    skip = {"model", "messages", "api_base", "api_key", "timeout", "input_cost_per_token", "output_cost_per_token"}
+    body = {k: v for k, v in request.items() if k not in skip} | {"model": request["model"].split("/", 1)[1]}
+    url = f"{request['api_base']}/chat/completions"
+    total = 0.0
+    async with aiohttp.ClientSession(headers={"content-type": "application/json"}) as session:
+        for i, messages in enumerate(all_messages):
+            started = time.process_time()
+            async with session.post(url, data=json.dumps({**body, "messages": messages})) as response:
+                assert response.status == 200, response.status
+                assert json.loads(await response.read())["choices"][0]["message"]["content"]
+            total += (time.process_time() - started) if i >= 5 else 0.0
+    return total * 1000 / (len(all_messages) - 5)
 
 
 @dataclass
@@ -400,9 +499,11 @@ class CpuFigures:
     errors: list[str] = field(default_factory=list)
 
 
-def cpu_phase(servers: list[Server], runs: int, concurrency: int, processes: int, first: int) -> CpuFigures:
-    """`runs` instant sim runs spread over `servers`: their CPU per run (all of them together) and throughput."""
-    work = [(first + i, HARD_TASK.format(i=first + i), CPU_POOL) for i in range(runs)]
+def cpu_phase(
+    servers: list[Server], runs: int, concurrency: int, processes: int, first: int, pool: str = CPU_POOL
+) -> CpuFigures:
+    """`runs` fast runs of `pool` spread over `servers`: their CPU per run (all of them together) and throughput."""
+    work = [(first + i, HARD_TASK.format(i=first + i), pool) for i in range(runs)]
     before = sum(cpu_s(s.pid) for s in servers)
     wall, outcomes, client = drive(servers, work, concurrency, processes)
     used = sum(cpu_s(s.pid) for s in servers) - before
@@ -422,37 +523,47 @@ def cpu_phase(servers: list[Server], runs: int, concurrency: int, processes: int
     )
 
 
-def own_ms(cpu: CpuFigures, litellm_ms: tuple[float, float]) -> tuple[float, float]:
-    """(litellm's share, the server's own CPU) per run: the calls each run made, at the direct per-call cost."""
-    conductor_ms, worker_ms = litellm_ms
-    share = cpu.conductor_calls * conductor_ms + (cpu.calls - cpu.conductor_calls) * worker_ms
-    return share, cpu.server_ms - share
+def share_ms(cpu: CpuFigures, per_call: tuple[float, float]) -> float:
+    """CPU per run of the calls each run made, at a direct per-call cost (conductor, worker)."""
+    conductor_ms, worker_ms = per_call
+    return cpu.conductor_calls * conductor_ms + (cpu.calls - cpu.conductor_calls) * worker_ms
 
 
-def report_cpu(repeats: list[tuple[CpuFigures, tuple[float, float]]], concurrency: int) -> bool:
-    """One line per repeat, then the verdict on the median: CPU time on a shared VM drifts by 10% between runs."""
+def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurrency: int) -> bool:
+    """One line per repeat, then the verdict on the median: CPU time on a shared VM drifts by 10% between runs.
+    The server's own CPU is what is left after the bare calls of its route: litellm's on the simulator (a litellm
+    provider), plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
     first = repeats[0][0]
+    http = repeats[0][1].bare is not None
     print(
-        f"\nCPU: {len(repeats)} x {first.runs} sim runs (time_scale {CPU_TIME_SCALE}), {concurrency} at a time, "
-        f"{first.calls:.2f} litellm calls ({first.conductor_calls:.2f} conductor) and {first.progress:.1f} progress "
-        "notifications per run; litellm's share timed directly through litellm.acompletion after each repeat"
+        f"\nCPU, {route.name} route (pool {route.cpu_pool}): {len(repeats)} x {first.runs} runs (latencies x "
+        f"{CPU_TIME_SCALE}), {concurrency} at a time, {first.calls:.2f} model calls ({first.conductor_calls:.2f} "
+        f"conductor) and {first.progress:.1f} progress notifications per run; the same calls timed directly in the "
+        f"bench process after each repeat{' (litellm, and a bare aiohttp POST)' if http else ' (litellm)'}"
     )
     print(
-        "   repeat  runs/s  server ms/run  litellm ms/call (conductor, worker)  litellm ms/run  own ms/run"
-        "  load gen ms/run"
+        "   repeat  runs/s  server ms/run  litellm ms/call (cond, worker)  litellm ms/run"
+        + ("  bare ms/call (cond, worker)  bare ms/run" if http else "")
+        + "  own ms/run  load gen ms/run"
     )
     owns = []
-    for i, (cpu, litellm_ms) in enumerate(repeats, 1):
-        share, own = own_ms(cpu, litellm_ms)
-        owns.append(own)
+    for i, (cpu, direct) in enumerate(repeats, 1):
+        litellm_share = share_ms(cpu, direct.litellm)
+        floor = share_ms(cpu, direct.bare) if direct.bare else litellm_share
+        owns.append(cpu.server_ms - floor)
+        bare = f" {direct.bare[0]:15.2f}, {direct.bare[1]:.2f} {floor:12.2f}" if direct.bare else ""
         print(
-            f"   {i:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {litellm_ms[0]:17.2f}, {litellm_ms[1]:.2f}"
-            f" {share:22.2f} {own:11.2f} {cpu.client_ms:16.2f}"
+            f"   {i:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {direct.litellm[0]:16.2f}, {direct.litellm[1]:.2f}"
+            f" {litellm_share:15.2f}{bare} {owns[-1]:11.2f} {cpu.client_ms:16.2f}"
         )
     errors = [e for cpu, _ in repeats for e in cpu.errors]
     own = statistics.median(owns)
-    ok = own <= 10.0 and not errors
-    print(f"   {verdict(ok)} server's own CPU per sim run {own:.2f} ms (median) <= 10 ms; errors {len(errors)}")
+    ok = own <= OWN_TARGET_MS and not errors
+    less = "the bare HTTP calls" if http else "litellm's calls"
+    print(
+        f"   {verdict(ok)} server's own CPU per {route.name} run {own:.2f} ms (median; server less {less}) "
+        f"<= {OWN_TARGET_MS:.0f} ms; errors {len(errors)}"
+    )
     for error in errors[:3]:
         print(f"     error: {error}")
     return ok
@@ -467,10 +578,12 @@ async def sample_rss(pid: int, peaks: list[int], stop: asyncio.Event) -> None:
     peaks.append(peak)
 
 
-async def hold_round(server: Server, first: int, args: argparse.Namespace) -> tuple[dict[int, Outcome], int, float]:
+async def hold_round(
+    server: Server, first: int, args: argparse.Namespace, pool: str
+) -> tuple[dict[int, Outcome], int, float]:
     """One round: `concurrency` runs arriving evenly over one run's duration, so that when the first finishes all
     are in flight. Returns the outcomes, the RSS peak during the round and the server's CPU seconds."""
-    work = [(first + i, HARD_TASK.format(i=first + i), HOLD_POOL) for i in range(args.concurrency)]
+    work = [(first + i, HARD_TASK.format(i=first + i), pool) for i in range(args.concurrency)]
     peaks: list[int] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_rss(server.pid, peaks, stop))
@@ -482,22 +595,23 @@ async def hold_round(server: Server, first: int, args: argparse.Namespace) -> tu
     return outcomes, peaks[0], cpu_s(server.pid) - before
 
 
-def solo_latency(server: Server, runs: int) -> float:
+def solo_latency(server: Server, runs: int, pool: str) -> float:
     """The latency of a hold run alone (every hold run has the same simulated latency, whatever its shape)."""
     latencies = []
     for i in range(runs):
-        (outcome,) = drive([server], [(10**8 + i, HARD_TASK.format(i=10**8 + i), HOLD_POOL)], 1, 1)[1].values()
+        (outcome,) = drive([server], [(10**8 + i, HARD_TASK.format(i=10**8 + i), pool)], 1, 1)[1].values()
         if outcome.error:
             raise SystemExit(f"a solo run failed: {outcome.error}")
         latencies.append(outcome.latency_s)
     return statistics.median(latencies)
 
 
-async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
-    """Solo runs, then rounds that each bring `concurrency` runs in flight at once."""
-    solo = solo_latency(server, args.solo_runs)
+async def hold_phase(server: Server, args: argparse.Namespace, route: Route, base: int) -> bool:
+    """Solo runs, then rounds that each bring `concurrency` runs in flight at once (request ids from `base`)."""
+    solo = solo_latency(server, args.solo_runs, route.hold_pool)
     print(
-        f"\nHold: {args.rounds} rounds of {args.concurrency} runs arriving over {args.run_seconds:.0f} s, each "
+        f"\nHold, {route.name} route (pool {route.hold_pool}): {args.rounds} rounds of {args.concurrency} runs "
+        f"arriving over {args.run_seconds:.0f} s, each "
         f"{args.run_seconds:.1f} s of simulated latency; solo latency {solo:.3f} s (median of {args.solo_runs})"
     )
     print(
@@ -509,7 +623,7 @@ async def hold_phase(server: Server, args: argparse.Namespace) -> bool:
     overheads: list[float] = []
     errors: list[str] = []
     for round_number in range(args.rounds):
-        outcomes, peak, used = await hold_round(server, round_number * args.concurrency, args)
+        outcomes, peak, used = await hold_round(server, base + round_number * args.concurrency, args, route.hold_pool)
         after.append(memory_kib(server.pid))
         over = [(o.latency_s - solo) * 1000 for o in outcomes.values() if not o.error] or [float("inf")]
         overheads += over
@@ -674,7 +788,14 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--database-url", help="postgresql://...: compare 1 replica with --replicas on it instead")
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--replica-concurrency", type=int, default=64, help="sim runs at once, replica mode")
+    parser.add_argument(
+        "--routes", default="sim,http", help="comma-separated: sim (the simulator), http (hosted_vllm/ on a stub)"
+    )
     args = parser.parse_args()
+    try:
+        args.routes = [ROUTES[name] for name in args.routes.split(",")]
+    except KeyError as exc:
+        parser.error(f"--routes: unknown route {exc} (known: {', '.join(ROUTES)})")
     quick = {"concurrency": 150, "rounds": 2, "run_seconds": 6.0, "cpu_runs": 100}
     full = {"concurrency": 1000, "rounds": 3, "run_seconds": HOLD_SECONDS, "cpu_runs": 400}
     for name, value in (quick if args.quick else full).items():
@@ -683,32 +804,68 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+@contextmanager
+def stub_server(pools: Path, hold_scale: float, wanted: bool) -> Iterator[None]:
+    """The scripted OpenAI-compatible server of the HTTP route, and its pools, for as long as the bench runs."""
+    if not wanted:
+        yield
+        return
+    import stub_openai  # tools/ is on sys.path
+
+    from conductor_mcp.models.local import free_port
+
+    port = free_port()
+    proc = stub_openai.start(port, stub_delays(hold_scale))
+    write_http_pools(pools, f"http://127.0.0.1:{port}/v1")
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 async def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         pools = Path(tmp) / "pools"
         pools.mkdir()
-        write_pools(pools, args.run_seconds / HOLD_SECONDS)
+        hold_scale = args.run_seconds / HOLD_SECONDS
+        write_pools(pools, hold_scale)
         if args.database_url:
             return 0 if replica_phase(args, pools, Path(tmp)) else 1
-        server = start_server(Path(tmp) / "state", pools)
-        try:
-            cpu_phase([server], 20, args.cpu_concurrency, 1, -100)  # warm-up: first-use imports and caches
-            spy = profile(server.pid, args.profile) if args.profile else None
-            repeats = []
+        with stub_server(pools, hold_scale, ROUTES["http"] in args.routes):
+            return await measure(args, pools, Path(tmp) / "state")
+    raise AssertionError("unreachable")
+
+
+async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
+    """The CPU phases of every route, then their holds, on one server; the CPU reports last."""
+    server = start_server(state, pools)
+    cpu: dict[str, list[tuple[CpuFigures, Direct]]] = {}
+    held = True
+    try:
+        for route in args.routes:
+            cpu_phase([server], 20, args.cpu_concurrency, 1, -100, route.cpu_pool)  # warm-up: first-use caches
+        spy = profile(server.pid, args.profile) if args.profile else None
+        for number, route in enumerate(args.routes):
+            cpu[route.name] = []
             for repeat in range(args.cpu_repeats):
-                first = 10**6 + repeat * args.cpu_runs  # task numbers apart from the hold's
-                cpu = cpu_phase([server], args.cpu_runs, args.cpu_concurrency, args.processes, first)
-                repeats.append((cpu, await litellm_ms_per_call(pools, 100)))
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(timeout=60)
-            held = args.skip_hold or await hold_phase(server, args)
-        finally:
-            stop([server])
-        print(f"server: one process, pid CPU from /proc; {len(os.sched_getaffinity(0))} cores on this machine")
-        cpu_ok = report_cpu(repeats, args.cpu_concurrency)
-        if args.profile:
-            top_frames(args.profile)
+                first = 10**6 + (number * args.cpu_repeats + repeat) * args.cpu_runs  # apart from the hold's
+                figures = cpu_phase(
+                    [server], args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool
+                )
+                cpu[route.name].append((figures, await direct_ms_per_call(pools, route.cpu_pool, 100)))
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+        for number, route in enumerate(args.routes):
+            if not args.skip_hold:
+                held = await hold_phase(server, args, route, 10**7 * (number + 1)) and held
+    finally:
+        stop([server])
+    print(f"server: one process, pid CPU from /proc; {len(os.sched_getaffinity(0))} cores on this machine")
+    cpu_ok = all([report_cpu(route, cpu[route.name], args.cpu_concurrency) for route in args.routes])
+    if args.profile:
+        top_frames(args.profile)
     return 0 if cpu_ok and held else 1
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import secrets
 from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
@@ -33,8 +34,13 @@ def messages_digest(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+def now(timespec: str = "milliseconds") -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec=timespec)
+
+
+def new_run_id() -> str:
+    """Random, not sequential: one user's run ids tell nothing about another's."""
+    return secrets.token_hex(8)
 
 
 class Attempt(BaseModel):
@@ -45,6 +51,7 @@ class Attempt(BaseModel):
     ok: bool
     error: str | None = None
     latency_s: float = 0.0
+    started_at: str | None = None  # when the call was sent (a trace's span of it starts there)
 
 
 class ToolCall(BaseModel):
@@ -154,6 +161,7 @@ class Run(BaseModel):
     parent_id: str | None = None
     principal: str = Field(default=LOCAL_NAME, description="who started the run: only it (and admins) may see it")
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
+    trace_id: str | None = Field(default=None, description="its OpenTelemetry trace (32 hex digits), when traced")
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     started_at: str | None = None

@@ -31,6 +31,7 @@ from conductor_mcp.doors.auth_guard import check_token
 from conductor_mcp.doors.http_guard import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.doors.metrics import metrics_routes
 from conductor_mcp.doors.openai import error_body, openai_routes
 from conductor_mcp.doors.principals import signed_in_user
 from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
@@ -201,8 +202,8 @@ def http_app(
 ) -> Any:
     """The streamable HTTP app with DNS-rebinding protection and, when a token is set, bearer auth.
 
-    With `service`, the OpenAI-compatible door and the run viewer are mounted beside /mcp, behind the same Host
-    check and token.
+    With `service`, the OpenAI-compatible door, the run viewer and /metrics are mounted beside /mcp, behind the
+    same Host check and token.
     """
     security = _security(host, token, allowed_hosts)
     app = server.streamable_http_app(transport_security=security, host=host)
@@ -211,6 +212,7 @@ def http_app(
         guard = TransportSecurityMiddleware(security)
         app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request), links))
         app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
+        app.router.routes.extend(metrics_routes(service.telemetry.metrics, lambda r: guard.validate_request(r)))
     app.add_middleware(BodyLimit)
     return BearerTokenMiddleware(app, viewer) if token else app
 

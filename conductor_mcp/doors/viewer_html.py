@@ -139,6 +139,8 @@ def _facts(run: Run, children: list[dict[str, Any]]) -> str:
     ]
     if run.workers is not None or run.worker_ids is not None:
         rows.append(("workers", _e(worker_choice(run))))
+    if run.trace_id:
+        rows.append(("trace", f'<code class="trace">{_e(run.trace_id)}</code>'))
     if run.parent_id:
         rows.append(("follow-up of", f'<a class="parent" href="{run_href(run.parent_id)}">{_e(run.parent_id)}</a>'))
     if children:

@@ -22,11 +22,11 @@ from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.core.pool import ModelSpec
-from conductor_mcp.core.records import Attempt
+from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
-from conductor_mcp.models import local, sim
+from conductor_mcp.models import local, openai_http, sim
 from conductor_mcp.models.completion import completion_prompt, completion_stops, end_of_answer
 
 log = get_logger(__name__)
@@ -108,7 +108,13 @@ def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
     return float(prompt_cost), float(completion_cost)
 
 
-def _cost(response: Any) -> float:
+def _cost(response: Any, rates: tuple[float, float] | None) -> float:
+    """What a response cost: at `rates` (USD per input and output token) for a call made on the direct path,
+    else litellm's figure for it."""
+    if rates is not None:
+        usage = getattr(response, "usage", None)
+        prompt, completion = (int(getattr(usage, name, 0) or 0) for name in ("prompt_tokens", "completion_tokens"))
+        return prompt * rates[0] + completion * rates[1]
     cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
     if cost is None:
         try:
@@ -132,7 +138,7 @@ def sanitized(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float) -> Attempt:
+def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float, sent_at: str) -> Attempt:
     message = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {spec.timeout_s}s"
     return Attempt(
         model=spec.model,
@@ -140,6 +146,7 @@ def _failed(spec: ModelSpec, label: str | None, exc: BaseException, started: flo
         ok=False,
         error=sanitized(redact(message)[:500]),
         latency_s=round(time.perf_counter() - started, 4),
+        started_at=sent_at,
     )
 
 
@@ -163,12 +170,18 @@ def _answer(spec: ModelSpec, response: Any) -> tuple[Any, str]:
 
 def _tool_calls(choice: Any) -> list[tuple[str, str]]:
     calls = getattr(getattr(choice, "message", None), "tool_calls", None) or []
-    asked = [(getattr(c.function, "name", None), getattr(c.function, "arguments", None)) for c in calls]
+    functions = [getattr(c, "function", None) for c in calls]
+    asked = [(getattr(f, "name", None), getattr(f, "arguments", None)) for f in functions]
     return [(sanitized(name), sanitized(args or "{}")) for name, args in asked if isinstance(name, str)]
 
 
 def _completion(
-    spec: ModelSpec, response: Any, answer: tuple[Any, str], latency: float, attempts: list[Attempt]
+    spec: ModelSpec,
+    response: Any,
+    answer: tuple[Any, str],
+    latency: float,
+    attempts: list[Attempt],
+    rates: tuple[float, float] | None,
 ) -> Completion:
     """What one successful response says: its text (from `_answer`), tool calls, usage, cost and who answered."""
     choice, text = answer
@@ -176,10 +189,10 @@ def _completion(
     return Completion(
         tool_calls=[] if spec.prompt_style == "completion" else _tool_calls(choice),
         text=redact_values(end_of_answer(text) if spec.prompt_style == "completion" else text),
-        finish_reason=choice.finish_reason,
+        finish_reason=getattr(choice, "finish_reason", None),
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost_usd=_cost(response),
+        cost_usd=_cost(response, rates),
         latency_s=latency,
         answered_by=spec.model,
         attempts=attempts,
@@ -199,6 +212,22 @@ class Providers:
         self.sim_call_log = settings.sim_call_log
         self.local = local.servers(settings.state_dir)
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+        self._http = openai_http.OpenAIHttp()  # the direct path to OpenAI-compatible servers
+        self._rates: dict[
+            str, tuple[float, float]
+        ] = {}  # per model, for direct calls of models the pool leaves unpriced
+
+    async def aclose(self) -> None:
+        """Close the direct path's connections (litellm's own are closed by `close_clients`)."""
+        await self._http.aclose()
+
+    def _direct_rates(self, spec: ModelSpec) -> tuple[float, float]:
+        """USD per token of a direct call: the pool's price, else litellm's price map (as litellm would charge)."""
+        if spec.price:
+            return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+        if spec.model not in self._rates:  # litellm's price lookup costs more than the call: once per model
+            self._rates[spec.model] = price_per_token(spec) or (0.0, 0.0)
+        return self._rates[spec.model]
 
     def _limit(self, spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
         """The concurrency limit of the endpoint `spec` calls, as its pool entry declares it (simulated models are
@@ -283,15 +312,16 @@ class Providers:
             request["stop"] = completion_stops(request.get("stop"))
             request.pop("response_format", None)
             request.pop("tools", None)  # a base model continues text: it cannot call tools
+        direct = spec.prompt_style == "chat" and openai_http.eligible(request)
         call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
         for attempt in range(spec.max_retries + 1):
-            started = time.perf_counter()
+            started, sent_at = time.perf_counter(), now("microseconds")  # spans of calls nest in their step's
             try:
                 async with self._limit(spec), asyncio.timeout(spec.timeout_s):
-                    response = await call(**request)
+                    response = await (self._http.chat(request) if direct else call(**request))
                 answer = _answer(spec, response)  # a malformed 200 is a provider fault: retried, then a fallback
             except RETRYABLE as exc:
-                attempts.append(_failed(spec, label, exc, started))
+                attempts.append(_failed(spec, label, exc, started, sent_at))
                 if crash := await self._local_death(spec):  # a dead embedded server: say so, never retry it
                     attempts[-1].error = crash
                     raise ProviderError(f"{spec.model}: {crash}", attempts) from None
@@ -308,11 +338,14 @@ class Providers:
                 await asyncio.sleep(delay)
                 continue
             except API_ERRORS as exc:  # 4xx and the like: the same request would fail again
-                attempts.append(_failed(spec, label, exc, started))
+                attempts.append(_failed(spec, label, exc, started, sent_at))
                 raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
             latency = time.perf_counter() - started
-            attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4)))
-            return _completion(spec, response, answer, latency, attempts)
+            attempts.append(
+                Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4), started_at=sent_at)
+            )
+            rates = self._direct_rates(spec) if direct else None
+            return _completion(spec, response, answer, latency, attempts, rates)
         raise AssertionError("unreachable")  # the loop either returns or raises
 
 

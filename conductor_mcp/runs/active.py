@@ -25,9 +25,15 @@ COALESCE_S = 0.01  # a coalescing follower gets an event this late, with the one
 class ActiveRuns:
     """Run id -> (the run, its task), and each run's followers."""
 
-    def __init__(self, owner: TaskOwner, publish: Callable[[ProgressEvent], None] | None = None) -> None:
+    def __init__(
+        self,
+        owner: TaskOwner,
+        publish: Callable[[ProgressEvent], None] | None = None,
+        observe: Callable[[Run, ProgressCallback], ProgressCallback] | None = None,
+    ) -> None:
         self._owner = owner
         self._publish = publish  # tells other replicas (PostgreSQL's NOTIFY) of each event of a run here
+        self._observe = observe  # the service's telemetry: sees each execution's events before its followers
         self._runs: dict[str, tuple[Run, asyncio.Task[Run]]] = {}
         self._followers: dict[str, list[Callable[[ProgressEvent | None], None]]] = defaultdict(list)
 
@@ -41,6 +47,10 @@ class ActiveRuns:
     def ids(self) -> list[str]:
         return list(self._runs)
 
+    def executing(self) -> list[tuple[str, asyncio.Task[Run]]]:
+        """The runs executing here and their tasks: a copy, which another thread may take (runs/reclaim.py)."""
+        return [(run_id, task) for run_id, (_, task) in list(self._runs.items()) if not task.done()]
+
     def launch(self, run: Run, execute: Callable[[ProgressCallback], Awaitable[Run]]) -> None:
         """Start `execute` as the run's task; its events go to whoever follows the run at the time."""
 
@@ -51,7 +61,7 @@ class ActiveRuns:
                 self._publish(event)
 
         async def body() -> Run:
-            return await execute(relay)
+            return await execute(self._observe(run, relay) if self._observe else relay)
 
         task = self._owner.spawn(body(), name=f"run-{run.id}")
         self._runs[run.id] = (run, task)

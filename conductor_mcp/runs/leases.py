@@ -18,6 +18,7 @@ import fcntl
 import os
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 
 from conductor_mcp.private import open_private, private_dir
@@ -30,6 +31,11 @@ class Liveness(ABC):
     def is_alive(self, token: str | None) -> bool:
         """Whether the process holding `token` is still running."""
 
+    @abstractmethod
+    def live_count(self) -> int:
+        """How many processes hold a lease on this store now (replicas sharing PostgreSQL, or processes sharing a
+        state directory): what the metrics report as the replicas alive."""
+
 
 class Lease(Liveness):
     """This process's lease: taken on construction, released on close or process death."""
@@ -38,6 +44,10 @@ class Lease(Liveness):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def when_regained(self, hook: Callable[[], None]) -> None:
+        """Call `hook`, in the lease's own thread, each time the lease is taken again after its session ended
+        while the process lived (PostgreSQL; a file lock is never lost while its process lives)."""
 
 
 class FileLiveness(Liveness):
@@ -63,6 +73,9 @@ class FileLiveness(Liveness):
         with contextlib.suppress(OSError):
             path.unlink()  # a dead owner's lease file: tidy it away
         return False
+
+    def live_count(self) -> int:
+        return sum(1 for path in self.directory.glob("*.lock") if self.is_alive(path.stem))
 
 
 class FileLease(FileLiveness, Lease):

@@ -135,6 +135,7 @@ class SqliteStore(Store):
                 with contextlib.suppress(sqlite3.Error):  # a closed connection cannot even say whether it is in one
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
+                self.failures += 1
                 raise StoreError(_advice(self.path, exc, run_id)) from None
 
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:

@@ -172,6 +172,7 @@ class Store(ABC):
 
     backend: str
     location: str  # a file path or a URL without its password: what messages name
+    failures: int = 0  # backend failures raised as StoreError since it opened (read by the metrics)
     MARK: ClassVar[LiteralString]  # the backend's query parameter placeholder
     TOTALS_JSON: ClassVar[LiteralString]  # its SQL for a run's totals as JSON text
 
@@ -205,6 +206,10 @@ class Store(ABC):
     @abstractmethod
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
         """Run one writing statement (autocommitted), written with the backend's MARK placeholders."""
+
+    # -- replicas that lose their lease for a while (PostgreSQL; runs/fence.py) ---------------------
+    def give_up(self, run_id: str) -> None:  # noqa: B027 (only a backend with replicas has anything to do)
+        """Another process took the run over from this one: drop every later write of it from here."""
 
     # -- cancellation across processes ------------------------------------------------------------
     def request_cancel(self, run_id: str) -> None:

@@ -1,0 +1,161 @@
+"""A thin direct path for chat calls to OpenAI-compatible servers (`hosted_vllm/` models: vLLM, llama.cpp, the
+embedded local models), beside litellm.
+
+Measured on one 2-core machine against a loopback server (tools/bench_engine.py, CPU per call): a plain aiohttp
+POST and JSON parse costs 0.1-0.16 ms, httpx 0.6-0.8 ms, `litellm.acompletion` on its `hosted_vllm/` route
+2.9-3.5 ms: it builds the request in a thread-pool hand-off, a logging object, a price lookup even when the pool
+prices the model, a pydantic response. None of that is configurable away, and a run makes ~4.5 calls, so this
+path sends the request litellm would send (the same body, headers and key) and answers with what `Providers` reads
+from litellm's (choices, usage), raising litellm's own exception classes for the same HTTP statuses, so retries,
+fallbacks, attempts and redaction stay as they are. A call this path does not know how to make exactly as litellm
+would (other providers, tools, litellm-only params such as `mock_response`, base-model completions) goes to litellm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import httpx  # litellm's exceptions carry an httpx.Response
+from litellm import exceptions
+from litellm.litellm_core_utils.core_helpers import map_finish_reason
+
+from conductor_mcp.config import proxy_configured
+from conductor_mcp.errors import MalformedResponse
+
+PREFIX = "hosted_vllm/"
+HEADERS = {"content-type": "application/json", "user-agent": "conductor-mcp"}
+NO_KEY = "fake-api-key"  # what litellm sends as the bearer token of a hosted_vllm/ call without a key
+# Chat parameters litellm passes through unchanged to a hosted_vllm/ server (checked against litellm 1.110 by
+# capturing its request bodies); `extra_body` is merged into the body, as litellm does.
+PASSED_THROUGH = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "response_format",
+        "extra_body",
+    }
+)
+# What Providers puts in litellm's arguments that is not part of the body.
+CALL_FIELDS = frozenset({"model", "messages", "api_base", "api_key", "timeout"})
+PRICE_FIELDS = frozenset({"input_cost_per_token", "output_cost_per_token"})
+# HTTP status -> (litellm's exception class, the prefix litellm's message carries), as litellm maps them.
+_BY_STATUS: dict[int, tuple[Callable[..., Exception], str]] = {
+    400: (exceptions.BadRequestError, ""),
+    401: (exceptions.AuthenticationError, "AuthenticationError: "),
+    404: (exceptions.NotFoundError, "NotFoundError: "),
+    408: (exceptions.Timeout, "Timeout Error: "),
+    422: (exceptions.BadRequestError, ""),
+    429: (exceptions.RateLimitError, "RateLimitError: "),
+    500: (exceptions.InternalServerError, "InternalServerError: "),
+    502: (exceptions.BadGatewayError, "BadGatewayError: "),
+    503: (exceptions.ServiceUnavailableError, "ServiceUnavailableError: "),
+    504: (exceptions.Timeout, "Timeout Error: "),
+}
+
+
+def eligible(request: dict[str, Any]) -> bool:
+    """Whether the litellm arguments `request` describe a chat call this path makes exactly as litellm would."""
+    if not str(request.get("model", "")).startswith(PREFIX) or not request.get("api_base"):
+        return False
+    return set(request) - CALL_FIELDS - PRICE_FIELDS <= PASSED_THROUGH
+
+
+def body_of(request: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body litellm sends for these arguments: the model's served name, the messages, the parameters,
+    `extra_body`'s fields merged in."""
+    body: dict[str, Any] = {"model": request["model"].removeprefix(PREFIX), "messages": request["messages"]}
+    for key, value in request.items():
+        if key in PASSED_THROUGH and key != "extra_body":
+            body[key] = value
+    body.update(request.get("extra_body") or {})
+    return body
+
+
+def status_error(response: httpx.Response, model: str) -> Exception:
+    """litellm's exception for an error status, with the message litellm writes (the body is the server's)."""
+    text = f"Hosted_vllmException - {response.text}"
+    if response.status_code not in _BY_STATUS:
+        return exceptions.APIError(
+            status_code=response.status_code,
+            message=f"APIError: {text}",
+            llm_provider="hosted_vllm",
+            model=model,
+            request=response.request,
+            response=response,
+        )
+    kind, prefix = _BY_STATUS[response.status_code]
+    return kind(message=f"{prefix}{text}", llm_provider="hosted_vllm", model=model, response=response)
+
+
+def parsed(text: str | bytes) -> Any:
+    """A chat completion's JSON with attribute access (`response.choices[0].message.content`), as Providers reads
+    litellm's response objects; JSON that is not an object reads as a response with no choices."""
+    data = json.loads(text, object_hook=lambda fields: SimpleNamespace(**fields))
+    return data if isinstance(data, SimpleNamespace) else SimpleNamespace()
+
+
+class OpenAIHttp:
+    """One aiohttp session per event loop for every OpenAI-compatible endpoint a Providers calls; its owner
+    (Providers) closes it. aiohttp, not httpx: 0.10-0.16 ms of CPU per loopback call against httpx's 0.75-1.4 ms
+    (httpcore scans every pooled connection per request, so its cost grows with the calls in flight). Concurrency
+    is limited by Providers' per-endpoint semaphores, not here. Proxy variables are honoured, as litellm's own
+    aiohttp transport honours them."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            # trust_env costs two thread hand-offs per request (proxy and netrc lookups): only where a proxy is set
+            trust_env = proxy_configured()
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=trust_env, headers=HEADERS)
+        return self._session
+
+    async def chat(self, request: dict[str, Any]) -> Any:
+        """POST one chat completion; litellm's exception classes for what fails (so Providers retries the same)."""
+        model = request["model"]
+        url = f"{request['api_base'].rstrip('/')}/chat/completions"
+        headers = {"authorization": f"Bearer {request.get('api_key') or NO_KEY}"}
+        data = json.dumps(body_of(request)).encode()
+        timeout = aiohttp.ClientTimeout(total=request["timeout"])
+        try:
+            async with self.session().post(url, data=data, headers=headers, timeout=timeout) as response:
+                status, content = response.status, await response.read()
+        except TimeoutError as exc:
+            message = f"Timeout Error: Hosted_vllmException - {exc or 'no answer in time'}"
+            raise exceptions.Timeout(message=message, model=model, llm_provider="hosted_vllm") from None
+        except aiohttp.ClientError as exc:
+            message = f"APIConnectionError: Hosted_vllmException - {exc}"
+            raise exceptions.APIConnectionError(message=message, llm_provider="hosted_vllm", model=model) from None
+        if status >= 400:
+            raise status_error(httpx.Response(status, content=content, request=httpx.Request("POST", url)), model)
+        try:
+            answer = parsed(content)
+        except ValueError:  # a 200 whose body is not JSON: a provider fault, retried like any malformed answer
+            text = content[:200].decode(errors="replace")
+            raise MalformedResponse(f"{model} answered with a body that is not JSON: {text}") from None
+        for choice in getattr(answer, "choices", None) or []:
+            if isinstance(choice, SimpleNamespace):  # finish reasons in OpenAI's words, as litellm maps them
+                choice.finish_reason = map_finish_reason(getattr(choice, "finish_reason", None) or "")
+        return answer
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,101 @@
+"""One place where a service's metrics and traces learn what its runs do: an observer of each run's events.
+
+`Telemetry.watch(run, relay)` wraps the callback a run's execution reports its progress to. Each event is looked
+at (with the run and step records it concerns) before it goes on to the run's followers, so a client that hears
+a run finish can read it in the metrics at once. What the observer does per event is a few counter updates (and,
+with traces on, a span started or ended); a failure in it is logged, never raised into the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.records import Run
+from conductor_mcp.logs import get_logger
+from conductor_mcp.runs.leases import Liveness
+from conductor_mcp.runs.store import Store
+from conductor_mcp.telemetry.metrics import Metrics
+
+if TYPE_CHECKING:
+    from conductor_mcp.telemetry.traces import RunTrace, Tracing
+
+log = get_logger(__name__)
+
+
+class Telemetry:
+    """The service's metrics (always) and traces (when OTEL_EXPORTER_OTLP_ENDPOINT is set); `close` flushes
+    the traces still buffered. Made and closed by the service's lifespan."""
+
+    def __init__(self, settings: Settings, store: Store, liveness: Liveness) -> None:
+        self.metrics = Metrics(store, liveness)
+        self.tracing: Tracing | None = None
+        if settings.otlp_endpoint or settings.otlp_traces_endpoint:
+            from conductor_mcp.telemetry.traces import open_tracing
+
+            self.tracing = open_tracing(settings, store.step_messages)
+
+    def watch(self, run: Run, relay: ProgressCallback) -> ProgressCallback:
+        """`relay`, with every event of this execution of `run` observed first."""
+        watch = RunWatch(self, run)
+
+        async def observed(event: ProgressEvent) -> None:
+            try:
+                watch.saw(event)
+            except Exception as exc:  # telemetry must never cost a run its progress or its result
+                log.warning("telemetry_failed", run_id=run.id, kind=event.kind, error=f"{type(exc).__name__}: {exc}")
+            await relay(event)
+
+        return observed
+
+    def close(self) -> None:
+        """Send the spans still buffered and stop the exporter (blocking: call it off the event loop)."""
+        if self.tracing is not None:
+            self.tracing.shutdown()
+
+
+class RunWatch:
+    """What one execution of a run has shown so far: when it and each running step started, and its trace."""
+
+    def __init__(self, telemetry: Telemetry, run: Run) -> None:
+        self.run = run
+        self.metrics = telemetry.metrics
+        self.started = time.monotonic()
+        self.steps: dict[str, float] = {}  # key of a running step -> when it started
+        self.trace: RunTrace | None = telemetry.tracing.start(run) if telemetry.tracing else None
+        self.metrics.run_started(run)
+        self._handlers: dict[str, Callable[[ProgressEvent], Any]] = {
+            "conductor_finished": self._planned,
+            "step_started": self._step_started,
+            "step_finished": self._step_finished,
+            "run_finished": self._finished,
+        }
+
+    def saw(self, event: ProgressEvent) -> None:
+        handler = self._handlers.get(event.kind)
+        if handler is not None:
+            handler(event)
+        if self.trace is not None:
+            self.trace.saw(self.run, event)
+
+    def _planned(self, event: ProgressEvent) -> None:
+        self.metrics.planned(self.run)
+
+    def _step_started(self, event: ProgressEvent) -> None:
+        if event.step is not None:
+            self.steps[event.step.key] = time.monotonic()
+
+    def _step_finished(self, event: ProgressEvent) -> None:
+        if event.step is not None:
+            started = self.steps.pop(event.step.key, None)
+            self.metrics.step_ended(self.run, event.step, None if started is None else time.monotonic() - started)
+
+    def _finished(self, event: ProgressEvent) -> None:
+        ended = time.monotonic()
+        for step in self.run.steps:  # steps cut short with their run (cancelled, interrupted) said nothing more
+            if step.key in self.steps:
+                self.metrics.step_ended(self.run, step, ended - self.steps.pop(step.key))
+        self.metrics.run_finished(self.run, ended - self.started)

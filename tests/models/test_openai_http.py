@@ -1,0 +1,151 @@
+"""The direct path to OpenAI-compatible servers sends what litellm sends and fails as litellm fails: the same request
+body and key, the same usage and cost, litellm's exception class for each HTTP status. Both are checked against one
+real capturing server on loopback, litellm's side by calling litellm itself."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import litellm
+import pytest
+
+from conductor_mcp.config import Settings
+from conductor_mcp.core.pool import ModelSpec
+from conductor_mcp.models import openai_http, providers
+
+SEEN: list[tuple[dict[str, str], dict[str, Any]]] = []
+
+
+class Capture(BaseHTTPRequestHandler):
+    """Records each request; the model `status-N` answers HTTP N, any other a completion with fixed usage."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        SEEN.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        status = int(body["model"].split("-", 1)[1]) if body["model"].startswith("status-") else 200
+        message = {"role": "assistant", "content": "ANSWER: 42"}
+        answer = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "length", "message": message}],
+            "usage": {"prompt_tokens": 31, "completion_tokens": 7, "total_tokens": 38},
+        }
+        out = json.dumps(answer if status == 200 else {"error": {"message": f"refused with {status}"}}).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+
+
+def spec_at(base: str, model: str = "hosted_vllm/served", **fields: Any) -> ModelSpec:
+    params = {"temperature": 0.2, "max_tokens": 64, "stop": ["\nQ:"], "extra_body": {"top_k": 5}}
+    return ModelSpec(
+        model=model,
+        api_base=base,
+        params=params,
+        price={"input_per_mtok": 3, "output_per_mtok": 9},
+        max_retries=0,
+        **fields,
+    )
+
+
+MESSAGES = [{"role": "system", "content": "You are a worker."}, {"role": "user", "content": "What is 6 * 7?"}]
+FORMAT = {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True}}
+
+
+async def test_a_call_sends_the_body_and_key_litellm_sends_and_reads_the_same_usage_and_cost(
+    base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_TEST_KEY", "sk-direct-path-test-key-0123")
+    spec = spec_at(base, api_key_env="BENCH_TEST_KEY")
+    request = providers.call_arguments(spec, MESSAGES, None, response_format=FORMAT)
+    assert openai_http.eligible(request)
+    reference = await litellm.acompletion(**request)
+    litellm_headers, litellm_body = SEEN[-1]
+    models = providers.Providers(Settings.from_env(state_dir=tmp_path))
+    done = await models.complete(spec, MESSAGES, label="w", response_format=FORMAT)
+    await models.aclose()
+    headers, body = SEEN[-1]
+    assert body == litellm_body  # extra_body merged, the served name, every param, the schema
+    assert headers["authorization"] == litellm_headers["authorization"] == "Bearer sk-direct-path-test-key-0123"
+    assert (done.prompt_tokens, done.completion_tokens) == (31, 7) == (reference.usage.prompt_tokens, 7)
+    assert done.cost_usd == pytest.approx(reference._hidden_params["response_cost"])
+    assert done.finish_reason == reference.choices[0].finish_reason == "length"
+    assert done.text == "ANSWER: 42"
+
+
+async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_path: Path) -> None:
+    spec = spec_at(base)
+    await litellm.acompletion(**providers.call_arguments(spec, MESSAGES, None))
+    expected = SEEN[-1][0]["authorization"]
+    models = providers.Providers(Settings.from_env(state_dir=tmp_path))
+    await models.complete(spec, MESSAGES)
+    await models.aclose()
+    assert SEEN[-1][0]["authorization"] == expected
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 408, 422, 429, 500, 502, 503, 504, 520])
+async def test_an_error_status_raises_litellm_s_exception_class(base: str, status: int) -> None:
+    request = providers.call_arguments(spec_at(base, model=f"hosted_vllm/status-{status}"), MESSAGES, None)
+    with pytest.raises(Exception) as from_litellm:
+        await litellm.acompletion(**request)
+    client = openai_http.OpenAIHttp()
+    with pytest.raises(Exception) as direct:
+        await client.chat(request)
+    await client.aclose()
+    assert type(direct.value) is type(from_litellm.value)
+    assert isinstance(direct.value, providers.RETRYABLE) == isinstance(from_litellm.value, providers.RETRYABLE)
+    assert f"refused with {status}" in str(direct.value)
+
+
+async def test_a_refused_connection_is_retryable_as_with_litellm(tmp_path: Path) -> None:
+    from conductor_mcp.models.local import free_port
+
+    request = providers.call_arguments(spec_at(f"http://127.0.0.1:{free_port()}/v1"), MESSAGES, None)
+    client = openai_http.OpenAIHttp()
+    with pytest.raises(providers.RETRYABLE):
+        await client.chat(request)
+    await client.aclose()
+
+
+def test_calls_the_direct_path_cannot_make_as_litellm_does_go_to_litellm(base: str) -> None:
+    chat = providers.call_arguments(spec_at(base), MESSAGES, None)
+    assert openai_http.eligible(chat)
+    assert not openai_http.eligible({**chat, "mock_response": "x"})  # litellm-only parameters
+    assert not openai_http.eligible({**chat, "tools": [{"type": "function"}]})  # litellm rewrites tool schemas
+    assert not openai_http.eligible({**chat, "model": "openai/gpt-5"})  # other providers
+    assert not openai_http.eligible({k: v for k, v in chat.items() if k != "api_base"})
+
+
+async def test_a_litellm_only_parameter_still_works_through_litellm(tmp_path: Path) -> None:
+    from conductor_mcp.models.local import free_port
+
+    spec = ModelSpec(
+        model="hosted_vllm/x",
+        api_base=f"http://127.0.0.1:{free_port()}/v1",
+        params={"mock_response": "mocked by litellm"},
+        max_retries=0,
+    )
+    models = providers.Providers(Settings.from_env(state_dir=tmp_path))
+    assert (await models.complete(spec, MESSAGES)).text == "mocked by litellm"
+    await models.aclose()

@@ -1,0 +1,213 @@
+"""Traces of runs sent by the real OTLP exporter (HTTP/protobuf) to a receiver on loopback that decodes them."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from conductor_mcp.config import Settings
+from conductor_mcp.doors.viewer_html import run_page
+from conductor_mcp.runs.postgres import PostgresStore
+from conductor_mcp.runs.sqlite import SqliteStore
+from conductor_mcp.service import Service
+from tests.conftest import ask, scripted_pool, sim_pool_doc, worker
+
+pytestmark = [pytest.mark.slow]
+
+TASK = "What is the capital of the secret-task-text country?"
+
+
+@dataclass
+class Received:
+    spans: list[Any] = field(default_factory=list)  # opentelemetry.proto.trace.v1.Span
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, Received]]:
+    """An OTLP/HTTP trace receiver on a loopback port; yields its base URL and what it has decoded."""
+    received = Received()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            request = ExportTraceServiceRequest.FromString(body)
+            received.paths.append(self.path)
+            for resource_spans in request.resource_spans:
+                attributes = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                received.resources.append(attributes)
+                for scope_spans in resource_spans.scope_spans:
+                    received.spans.extend(scope_spans.spans)
+            reply = ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", received
+    server.shutdown()
+    server.server_close()
+
+
+def value(attribute: Any) -> Any:
+    kind = attribute.value.WhichOneof("value")
+    if kind == "array_value":
+        return [value_of(v) for v in attribute.value.array_value.values]
+    return getattr(attribute.value, kind)
+
+
+def value_of(any_value: Any) -> Any:
+    return getattr(any_value, any_value.WhichOneof("value"))
+
+
+def attributes(span: Any) -> dict[str, Any]:
+    return {a.key: value(a) for a in span.attributes}
+
+
+def tree(spans: list[Any]) -> dict[str, Any]:
+    """The spans as {name: {children}} from the root, children in start order."""
+    by_parent: dict[bytes, list[Any]] = {}
+    for span in spans:
+        by_parent.setdefault(span.parent_span_id, []).append(span)
+
+    def below(span_id: bytes) -> dict[str, Any]:
+        children = sorted(by_parent.get(span_id, []), key=lambda s: s.start_time_unix_nano)
+        return {child.name: below(child.span_id) for child in children}
+
+    return below(b"")
+
+
+def pool_with_faults(pool_dir: Path, base: str) -> str:
+    workers = [
+        worker(base, "flaky500-1", max_retries=1),
+        worker(base, "down", max_retries=0, fallbacks=["ok"]),
+        worker(base, "ok"),
+    ]
+    steps = [("flaky500-1", "Solve it.", []), ("down", "Check it.", [0])]
+    return scripted_pool(pool_dir, "traced", steps, workers=workers, anonymize=False)
+
+
+async def traced_run(tmp_path: Path, pool_dir: Path, endpoint: str, pool: str, **settings: Any) -> Any:
+    config = Settings.from_env(state_dir=tmp_path / "state", otlp_endpoint=endpoint, retry_base_s=0.01, **settings)
+    async with Service.open(config.with_pool_dirs_first(pool_dir)) as service:
+        run = await service.orchestrate(ask(TASK, pool=pool))
+    return run  # the service has closed: its tracer provider was shut down, flushing every span
+
+
+async def test_a_run_is_one_trace_of_plan_steps_and_model_calls(
+    tmp_path: Path, pool_dir: Path, faulty_base: str, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    pool = pool_with_faults(pool_dir, faulty_base)
+    run = await traced_run(tmp_path, pool_dir, endpoint, pool)
+    assert run.status == "done", run.error
+    assert received.paths and set(received.paths) == {"/v1/traces"}
+    assert received.resources[0]["service.name"] == "conductor-mcp"
+    assert {span.trace_id.hex() for span in received.spans} == {run.trace_id}
+    assert tree(received.spans) == {
+        f"run {pool}": {
+            "plan openai/scripted-conductor": {"chat openai/scripted-conductor": {}},
+            "step 0 flaky500-1": {"chat hosted_vllm/flaky500-1": {}},  # two attempts, one name: see below
+            "step 1 down": {"chat hosted_vllm/down": {}, "chat hosted_vllm/ok": {}},
+        }
+    }
+    spans = {(span.name, attributes(span).get("conductor.attempt")): span for span in received.spans}
+    root = attributes(spans[(f"run {pool}", None)])
+    assert root["conductor.run.id"] == run.id and root["conductor.run.status"] == "done"
+    retried = attributes(spans[("chat hosted_vllm/flaky500-1", 1)])
+    answered = spans[("chat hosted_vllm/flaky500-1", 2)]
+    assert retried["error.type"] == "InternalServerError" and "gen_ai.usage.input_tokens" not in retried
+    step0 = run.steps[0]
+    expected = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "hosted_vllm/flaky500-1",
+        "gen_ai.response.model": "hosted_vllm/flaky500-1",
+        "gen_ai.usage.input_tokens": step0.prompt_tokens,
+        "gen_ai.usage.output_tokens": step0.completion_tokens,
+        "gen_ai.response.finish_reasons": [step0.finish_reason],
+        "conductor.fallback": False,
+    }
+    assert expected.items() <= attributes(answered).items() and step0.prompt_tokens > 0
+    fallback = attributes(spans[("chat hosted_vllm/ok", 2)])
+    assert fallback["conductor.fallback"] is True and fallback["gen_ai.response.model"] == "hosted_vllm/ok"
+    step_span = spans[("step 1 down", None)]
+    calls = [s for s in received.spans if s.parent_span_id == step_span.span_id]
+    assert len(calls) == 2
+    for call in calls:
+        assert step_span.start_time_unix_nano <= call.start_time_unix_nano <= call.end_time_unix_nano
+        assert call.end_time_unix_nano <= step_span.end_time_unix_nano
+    every_value = [str(v) for span in received.spans for v in attributes(span).values()]
+    assert not any("secret-task-text" in v or "Solve it" in v for v in every_value)  # no prompt text by default
+    stored = SqliteStore(tmp_path / "state" / "runs.sqlite3")
+    try:
+        assert stored.load_run(run.id).trace_id == run.trace_id
+    finally:
+        stored.close()
+
+
+async def test_prompts_and_answers_go_into_spans_only_when_the_operator_opts_in(
+    tmp_path: Path, pool_dir: Path, faulty_base: str, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    workers = [worker(faulty_base, "ok")]
+    pool = scripted_pool(pool_dir, "content", [("ok", "Solve it.", [])], workers=workers, anonymize=False)
+    run = await traced_run(tmp_path, pool_dir, endpoint, pool, trace_content=True)
+    (call,) = [s for s in received.spans if s.name == "chat hosted_vllm/ok"]
+    shown = attributes(call)
+    assert TASK in shown["gen_ai.input.messages"] and "Solve it." in shown["gen_ai.input.messages"]
+    (answer,) = json.loads(shown["gen_ai.output.messages"])
+    assert answer["parts"] == [{"type": "text", "content": run.answer}] and answer["finish_reason"] == "stop"
+
+
+async def test_a_resumed_run_continues_its_trace_kept_in_postgresql(
+    tmp_path: Path, pool_dir: Path, postgres_url: str, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    doc = sim_pool_doc()
+    doc["workers"][0] |= {"model": "openai/late", "params": {"mock_response": "late answer", "mock_delay": 60}}
+    scripted_pool(pool_dir, "resumed", [("model_0", "Solve it.", [])], workers=doc["workers"])
+    config = Settings.from_env(state_dir=tmp_path / "state", otlp_endpoint=endpoint, database_url=postgres_url)
+    config = config.with_pool_dirs_first(pool_dir)
+    async with Service.open(config) as first:
+        run = first.start(ask(TASK, pool="resumed"))
+        async for event in first.follow(run.id):
+            if event.kind == "step_started":
+                break
+    interrupted = PostgresStore(postgres_url)
+    try:
+        kept = interrupted.load_run(run.id)
+    finally:
+        interrupted.close()
+    assert kept.status == "interrupted" and kept.trace_id and len(received.spans) >= 3
+    doc["workers"][0]["params"]["mock_delay"] = 0  # the worker answers at once now
+    scripted_pool(pool_dir, "resumed", [("model_0", "Solve it.", [])], workers=doc["workers"])
+    async with Service.open(config) as second:
+        resumed = second.continue_run(run.id)
+        done = await second.wait(resumed.id, None)
+        live = second.telemetry.metrics.registry.get_sample_value("conductor_replicas_live", {"backend": "postgresql"})
+        assert live == 1  # this replica's advisory lock; the first one's went with its session
+    assert done.status == "done" and done.trace_id == kept.trace_id
+    roots = [s for s in received.spans if not s.parent_span_id]
+    assert len(roots) == 2 and {s.trace_id.hex() for s in received.spans} == {kept.trace_id}
+    assert [attributes(r).get("conductor.run.resumed", False) for r in roots] == [False, True]
+    assert [attributes(r)["conductor.run.status"] for r in roots] == ["interrupted", "done"]
+    assert kept.trace_id in run_page(done, [])  # the viewer shows it
