@@ -18,6 +18,7 @@ from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.errors import RunNotFound
 from conductor_mcp.reader import RunReader
+from conductor_mcp.runs.active import CANCEL_GRACE_S
 from conductor_mcp.service import Service
 
 
@@ -80,10 +81,8 @@ class Access(Reads):
         self.get_run(run_id)
         return self.service.answer_tool_calls(run_id, results)
 
-    async def cancel(self, run_id: str, wait_s: float | None = None) -> Run:
+    async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
         self.get_run(run_id)
-        if wait_s is None:
-            return await self.service.cancel(run_id)
         return await self.service.cancel(run_id, wait_s)
 
     async def wait(
