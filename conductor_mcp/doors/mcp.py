@@ -40,6 +40,7 @@ from conductor_mcp.core.request import (
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
+from conductor_mcp.doors.host_sampling import host_of
 from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp_roots import caller_roots, context_with_files, workspace_of
 from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
@@ -228,7 +229,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 workers=workers,
                 workspace=where,
             )
-            run = access(door.service).start(request)
+            run = access(door.service).start(request, host=host_of(ctx))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True, apply=apply)
 
 
@@ -263,7 +264,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
                 workers=workers,
                 workspace=where,
             )
-            run = await access(service).plan(request, on_event=ProgressRelay(ctx))
+            run = await access(service).plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
             return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
@@ -283,7 +284,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = access(service).continue_run(run_id, feedback)
+            run = access(service).continue_run(run_id, feedback, host_of(ctx))
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed, apply=apply)
 

@@ -135,7 +135,7 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
         max_usd = None if max_usd is None else float(max_usd)
     except (TypeError, ValueError):
         raise RequestError(f"metadata.max_usd: must be a number of US dollars, got {max_usd!r}") from None
-    if effort is not None and effort not in EFFORT_LIMITS:
+    if effort is not None and (not isinstance(effort, str) or effort not in EFFORT_LIMITS):  # a list is unhashable
         raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORT_LIMITS)}, got {effort!r}")
     tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
     limits = EFFORT_LIMITS[effort] if effort is not None else {}
