@@ -325,9 +325,22 @@ def _as_postgres(args: list[str]) -> list[str]:
     return ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in args)]
 
 
+class PostgresCluster:
+    """The session's throwaway cluster: its base URL, and a restart (for the tests of surviving one)."""
+
+    def __init__(self, url: str, pg_ctl: Path, data: Path) -> None:
+        self.url, self._pg_ctl, self._data = url, pg_ctl, data
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: every session is ended, the server is back when this returns."""
+        log = self._data.parent / "log"  # without -l the server would hold the pipe this call reads
+        restart = [str(self._pg_ctl), "-D", str(self._data), "-l", str(log), "-m", "fast", "-w", "restart"]
+        subprocess.run(_as_postgres(restart), check=True, capture_output=True, timeout=120)
+
+
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """A throwaway PostgreSQL cluster (Debian's `postgresql` package) on a loopback port; yields its base URL."""
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL cluster (Debian's `postgresql` package) on a loopback port."""
     pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
     pg_ctls = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not pg_ctls:
@@ -348,12 +361,18 @@ def postgres_server() -> Iterator[str]:
     start = [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o", options, "start"]
     subprocess.run(_as_postgres(start), check=True, capture_output=True)
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}"
+        yield PostgresCluster(f"postgresql://postgres@127.0.0.1:{port}", bindir / "pg_ctl", data)
     finally:
         subprocess.run(
             _as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True
         )
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres_cluster: PostgresCluster) -> str:
+    """The session cluster's base URL."""
+    return postgres_cluster.url
 
 
 @pytest.fixture

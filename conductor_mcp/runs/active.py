@@ -47,6 +47,10 @@ class ActiveRuns:
     def ids(self) -> list[str]:
         return list(self._runs)
 
+    def executing(self) -> list[tuple[str, asyncio.Task[Run]]]:
+        """The runs executing here and their tasks: a copy, which another thread may take (runs/reclaim.py)."""
+        return [(run_id, task) for run_id, (_, task) in list(self._runs.items()) if not task.done()]
+
     def launch(self, run: Run, execute: Callable[[ProgressCallback], Awaitable[Run]]) -> None:
         """Start `execute` as the run's task; its events go to whoever follows the run at the time."""
 

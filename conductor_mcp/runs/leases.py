@@ -18,6 +18,7 @@ import fcntl
 import os
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 
 from conductor_mcp.private import open_private, private_dir
@@ -43,6 +44,10 @@ class Lease(Liveness):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def when_regained(self, hook: Callable[[], None]) -> None:
+        """Call `hook`, in the lease's own thread, each time the lease is taken again after its session ended
+        while the process lived (PostgreSQL; a file lock is never lost while its process lives)."""
 
 
 class FileLiveness(Liveness):

@@ -11,13 +11,21 @@ on resume. That makes a write one round trip instead of one disk flush (0.2-0.3 
 server, tools/bench_store.py), which matters since the store is called on the event loop. A claim (`update`)
 commits durably. Migrations run in one transaction under
 a transaction-level advisory lock, so replicas starting together migrate one after the other.
+
+A database that goes away for a while (a restart, a failover, a session an administrator ended) is waited out:
+a pooled connection is checked before use, and a call that loses its connection is tried again on a fresh one,
+with backoff, for up to STORE_RETRY_S. Every write is an upsert or a delete, so doing it twice is harmless; a
+claim (`update`) is tried again only when its connection broke before the commit was sent (if the commit itself
+was cut, whether it landed is unknown, and the caller hears so). While the replica's lease is lost its writes
+wait (runs/fence.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -25,7 +33,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from conductor_mcp.config import masked_url
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
-from conductor_mcp.logs import redact
+from conductor_mcp.logs import get_logger, redact
+from conductor_mcp.runs.fence import WriteFence
 from conductor_mcp.runs.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -38,8 +47,13 @@ from conductor_mcp.runs.store import (
     step_row,
 )
 
+log = get_logger(__name__)
+T = TypeVar("T")
+
 MIGRATION_LOCK = 0x636F6E64756374  # pg_advisory_xact_lock key while migrating ("conduct")
 CONNECT_TIMEOUT_S = 10
+STORE_RETRY_S = 30.0  # how long a call waits out a database that went away (a fast restart takes a second or two)
+ATTEMPT_WAIT_S = 2.0  # one attempt's wait for a pooled connection
 
 _SAVE_RUN = (
     "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, principal, doc) "
@@ -55,6 +69,21 @@ _SAVE_STEP = (
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET synchronous_commit = off")  # see the module's docstring
+
+
+def connection_lost(exc: Exception) -> bool:
+    """Whether a failure is the connection's (the server went away, is starting, or ended the session), not the
+    statement's: only those are worth trying again on a fresh connection."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P"))  # connection exceptions, shutdowns, starting up
+
+
+class _CommitCut(Exception):
+    """The connection broke while a claim's commit was on its way: it may or may not have landed."""
 
 
 def check_reachable(url: str) -> None:
@@ -88,6 +117,7 @@ class PostgresStore(Store):
         self.url = url
         self.location = masked_url(url)
         check_reachable(url)
+        self.fence = WriteFence()  # the lease moves it (runs/postgres_live.py)
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -96,6 +126,7 @@ class PostgresStore(Store):
             open=False,
             name="conductor-store",
             configure=_configure,
+            check=ConnectionPool.check_connection,  # a connection the database ended is replaced, not used
         )
         try:
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
@@ -109,13 +140,56 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def connection(self, run_id: str | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; any database failure becomes a StoreError that says what to do."""
+        """A pooled connection, one attempt; any database failure becomes a StoreError that says what to do."""
         try:
             with self._pool.connection(timeout=30) as conn:
                 yield conn
         except (psycopg.Error, PoolTimeout) as exc:
             self.failures += 1
             raise StoreError(_advice(self.location, exc, run_id)) from None
+
+    def read(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`work` on a pooled connection, tried again while the database is away (see the module's docstring)."""
+        return self._attempts(work, None, lambda _: True)
+
+    def _claiming(self, work: Callable[[psycopg.Connection[Any]], T], run_id: str) -> T:
+        return self._attempts(work, run_id, self.fence.wait_for_claims)
+
+    def _writing(self, work: Callable[[psycopg.Connection[Any]], None], run_id: str) -> None:
+        """A plain write of a run: it waits while the lease is lost, and is dropped if another replica took the
+        run over meanwhile (its record stands, runs/fence.py)."""
+
+        def unless_given_up(conn: psycopg.Connection[Any]) -> None:
+            if not self.fence.given_up(run_id):  # checked once the fence lets the write through
+                work(conn)
+
+        self._attempts(unless_given_up, run_id, self.fence.wait_for_writes)
+
+    def _attempts(
+        self,
+        work: Callable[[psycopg.Connection[Any]], T],
+        run_id: str | None,
+        ready: Callable[[float], bool],
+    ) -> T:
+        deadline, delay = time.monotonic() + STORE_RETRY_S, 0.05
+        while True:
+            if not ready(max(0.0, deadline - time.monotonic())):
+                raise StoreError(
+                    f"run store {self.location}: this replica lost its lease on the database and has not taken it "
+                    f"again within {STORE_RETRY_S:.0f}s; nothing was written"
+                )
+            try:
+                with self._pool.connection(timeout=ATTEMPT_WAIT_S) as conn:
+                    return work(conn)
+            except _CommitCut as exc:
+                raise StoreError(_advice(self.location, exc, run_id)) from None
+            except (psycopg.Error, PoolTimeout) as exc:
+                if not connection_lost(exc) or time.monotonic() + delay > deadline:
+                    raise StoreError(_advice(self.location, exc, run_id)) from None
+                text = redact(masked_url(str(exc).strip()))
+                log.warning("store_connection_lost", run_id=run_id, error=text, retry_s=delay)
+            time.sleep(delay)  # the store is synchronous (runs/store.py): a restart holds the caller this long
+            delay = min(delay * 2, 1.0)
 
     def _migrate(self) -> int:
         with self.connection() as conn, conn.transaction():
@@ -138,28 +212,43 @@ class PostgresStore(Store):
 
     def save_run(self, run: Run) -> None:
         run.updated_at = now()
-        with self.connection(run.id) as conn:
-            conn.execute(_SAVE_RUN, run_row(run))
+        row = run_row(run)
+        self._writing(lambda conn: _execute(conn, _SAVE_RUN, row), run.id)
 
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
-        with self.connection(run_id) as conn:
-            conn.execute(_SAVE_STEP, step_row(run_id, seq, record, messages))
+        row = step_row(run_id, seq, record, messages)
+        self._writing(lambda conn: _execute(conn, _SAVE_STEP, row), run_id)
 
     def update(self, run_id: str, change: Callable[[Run], list[int] | None]) -> Run:
-        with self.connection(run_id) as conn, conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = on")  # a claim must survive a database crash
-            run = self._load(conn, run_id, for_update=True)  # the row stays locked until the commit
-            changed = change(run)
-            if changed is not None:
-                run.updated_at = now()
-                conn.execute(_SAVE_RUN, run_row(run))
-                for position in changed:
-                    conn.execute(_SAVE_STEP, step_row(run_id, position, run.steps[position], None))
+        def claim(conn: psycopg.Connection[Any]) -> tuple[Run, bool]:
+            committing = False
+            try:
+                with conn.transaction():
+                    conn.execute("SET LOCAL synchronous_commit = on")  # a claim must survive a database crash
+                    run = self._load(conn, run_id, for_update=True)  # the row stays locked until the commit
+                    changed = change(run)
+                    if changed is not None:
+                        run.updated_at = now()
+                        conn.execute(_SAVE_RUN, run_row(run))
+                        for position in changed:
+                            conn.execute(_SAVE_STEP, step_row(run_id, position, run.steps[position], None))
+                    committing = True
+            except psycopg.OperationalError as exc:
+                if committing:
+                    raise _CommitCut(f"the connection broke while committing: {exc}") from None
+                raise
+            return run, changed is not None
+
+        run, changed = self._claiming(claim, run_id)
+        if changed:
+            self.fence.owned_again(run_id, run.owner)
         return run
 
+    def give_up(self, run_id: str) -> None:
+        self.fence.give_up(run_id)
+
     def load_run(self, run_id: str) -> Run:
-        with self.connection() as conn:
-            return self._load(conn, run_id, for_update=False)
+        return self.read(lambda conn: self._load(conn, run_id, for_update=False))
 
     @staticmethod
     def _load(conn: psycopg.Connection[Any], run_id: str, for_update: bool) -> Run:
@@ -171,18 +260,16 @@ class PostgresStore(Store):
         return build_run(row[0], [r[0] for r in steps.fetchall()])
 
     def _rows(self, query: LiteralString, params: tuple[Any, ...]) -> list[Any]:
-        with self.connection() as conn:
-            return conn.execute(query, safe_params(params)).fetchall()
+        safe = safe_params(params)
+        return self.read(lambda conn: conn.execute(query, safe).fetchall())
 
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
-        with self.connection(run_id) as conn:
-            conn.execute(query, params)
+        self._writing(lambda conn: _execute(conn, query, params), run_id)
 
     def size_bytes(self) -> int:
         """The tables' size on disk, indexes and TOAST included."""
-        with self.connection() as conn:
-            row = conn.execute("SELECT pg_total_relation_size('runs') + pg_total_relation_size('steps')").fetchone()
-        return int(row[0]) if row else 0
+        rows = self._rows("SELECT pg_total_relation_size('runs') + pg_total_relation_size('steps')", ())
+        return int(rows[0][0]) if rows else 0
 
     def stats(self) -> StoreStats:
         with self.connection() as conn:
@@ -226,6 +313,16 @@ class PostgresStore(Store):
         return Pruned(int(runs), int(run_bytes) + int(step_row_[0] if step_row_ else 0), before, self.size_bytes())
 
     def notify(self, channel: str, payload: str) -> None:
-        """Send a notification to every listening replica (delivered at once: autocommit)."""
-        with self.connection() as conn:
-            conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        """Send a notification to every listening replica (delivered at once: autocommit). Best effort, one
+        attempt, and none while the lease is lost: an event is not worth holding a run up for."""
+        if self.fence.state != "held":
+            return
+        try:
+            with self._pool.connection(timeout=ATTEMPT_WAIT_S) as conn:
+                conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(_advice(self.location, exc, None)) from None
+
+
+def _execute(conn: psycopg.Connection[Any], query: LiteralString, params: tuple[Any, ...]) -> None:
+    conn.execute(query, params)

@@ -3,9 +3,10 @@
 - AdvisoryLease: each replica takes a session-level advisory lock on a connection of its own and never
   releases it; its runs record the lock's key in their token. When the replica dies, however it dies, its
   connection closes, PostgreSQL frees the lock, and every replica reads its `running` runs as interrupted.
-  A replica whose lease connection breaks while it lives can no longer show that it owns its runs (others
-  may already read them as interrupted and resume them), so it stops at once, as a crash would, and writes
-  nothing more: its runs are resumed elsewhere instead of running twice. Its supervisor restarts it.
+  A replica whose lease session ends while it lives (the database restarted, a network cut, an administrator
+  ended it) can no longer show that it owns its runs: it holds back every write (runs/fence.py), reconnects with
+  backoff, takes the same lock again, keeps the runs still recorded as its own and gives up only those another
+  replica claimed meanwhile (runs/reclaim.py), then writes again. It never exits for it.
 - ProgressBus: a replica executing a run sends each progress event with NOTIFY; a replica whose client waits
   for that run LISTENs on one connection and hands the events to its waiters. The waiter reloads the run from
   the store when it finishes (or when the owner's lease is gone: a dead replica sends nothing more).
@@ -20,8 +21,10 @@ import os
 import secrets
 import select
 import threading
+import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
 
 import psycopg
 
@@ -37,7 +40,7 @@ log = get_logger(__name__)
 
 CHANNEL = "conductor_progress"
 MAX_MESSAGE_CHARS = 2000  # NOTIFY payloads stop at 8000 bytes; an event's message is a line
-LEASE_LOST_EXIT = 70  # EX_SOFTWARE: the replica stopped because it lost its lease
+RETAKE_BACKOFF_S = (0.1, 2.0)  # the first and the longest wait between attempts to take a lost lease again
 OWNER_CHECK_S = 2.0  # how often a remote waiter checks that the run's owner still holds its lease
 _HELD = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
@@ -65,8 +68,7 @@ class AdvisoryLiveness(Liveness):
             key = None
         if key is None:
             return False  # not a replica's token (a run moved from an SQLite store): nobody executes it
-        with self.store.connection() as conn:
-            row = conn.execute(_HELD, (key >> 32, key & 0xFFFFFFFF)).fetchone()
+        row = self.store.read(lambda conn: conn.execute(_HELD, (key >> 32, key & 0xFFFFFFFF)).fetchone())
         return bool(row and row[0])
 
     def live_count(self) -> int:
@@ -76,15 +78,24 @@ class AdvisoryLiveness(Liveness):
 
 
 class AdvisoryLease(AdvisoryLiveness, Lease):
-    """This replica's lease: `pg_advisory_lock(key)` held on a dedicated connection until the process ends."""
+    """This replica's lease: `pg_advisory_lock(key)` held on a dedicated connection until the process ends, and
+    taken again whenever that connection's session ends while the process lives."""
 
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(store)
         self.key = secrets.randbits(62) + 1
         self.token = f"pg-{os.getpid()}-{self.key:x}"
+        store.fence.token = self.token
         check_reachable(store.url)
-        self._conn = psycopg.connect(
-            store.url,
+        self._conn = self._connect()
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+        self._closed = False
+        self._regained: Callable[[], None] | None = None
+        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            self.store.url,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
             application_name=f"conductor-mcp lease {os.getpid()}",
@@ -93,16 +104,26 @@ class AdvisoryLease(AdvisoryLiveness, Lease):
             keepalives_interval=5,
             keepalives_count=3,
         )
-        self._conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
-        self._closed = False
-        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
+
+    def when_regained(self, hook: Callable[[], None]) -> None:
+        self._regained = hook
 
     def close(self) -> None:
         self._closed = True
         self._conn.close()  # the session ends and the lock with it
 
     def _watch(self) -> None:
-        """Stop the process if the lease's session ends (the server went away, or terminated it)."""
+        """For as long as the process lives: wait for the lease's session to end, then take the lease again."""
+        while not self._closed:
+            error = self._session_ended()
+            if self._closed:
+                return
+            self.store.fence.lost()  # from now on nothing is written until the lease is ours again
+            log.error("lease_lost", token=self.token, error=error)
+            self._retake()
+
+    def _session_ended(self) -> str:
+        """Block until the lease's session ends (the server went away, or ended it); what it said."""
         fd = self._conn.fileno()
         while not self._closed:
             try:
@@ -110,10 +131,45 @@ class AdvisoryLease(AdvisoryLiveness, Lease):
                 if readable and not self._closed:  # an idle session hears from the server only when it ends
                     self._conn.execute("SELECT 1")  # a notice would pass here; a closed session raises
             except (psycopg.Error, OSError, ValueError) as exc:
-                if self._closed:
+                return str(exc).strip()
+        return "closed"
+
+    def _retake(self) -> None:
+        """Connect and take the same lock again, with backoff, until it is ours; then reclaim the runs."""
+        delay, locked = RETAKE_BACKOFF_S[0], False
+        while not self._closed:
+            try:
+                locked = locked or self._try_lock()
+                if locked:
+                    self.store.fence.retaken()  # no one can take our runs now; claims may go on
+                    if self._regained is not None:
+                        self._regained()
+                    self.store.fence.reclaimed()
+                    log.warning("lease_retaken", token=self.token)
                     return
-                log.critical("lease_lost", token=self.token, error=str(exc), exit_code=LEASE_LOST_EXIT)
-                os._exit(LEASE_LOST_EXIT)  # nothing more is written: another replica may own these runs now
+            except (psycopg.Error, OSError, StoreError) as exc:
+                log.warning("lease_not_retaken", token=self.token, error=str(exc).strip(), retry_s=delay)
+                if locked and (self._conn.broken or self._conn.closed):
+                    locked = False  # the database went away again, and the lock with the session
+                    self.store.fence.lost()
+            time.sleep(delay)
+            delay = min(delay * 2, RETAKE_BACKOFF_S[1])
+
+    def _try_lock(self) -> bool:
+        """One attempt; False while the old session still holds the lock (the server has not seen it end)."""
+        conn = self._connect()
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        if not (row and row[0]) or self._closed:
+            conn.close()
+            return False
+        old, self._conn = self._conn, conn
+        with contextlib.suppress(psycopg.Error, OSError):
+            old.close()
+        return True
 
     def is_alive(self, token: str | None) -> bool:
         return token == self.token or super().is_alive(token)

@@ -207,6 +207,10 @@ class Store(ABC):
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
         """Run one writing statement (autocommitted), written with the backend's MARK placeholders."""
 
+    # -- replicas that lose their lease for a while (PostgreSQL; runs/fence.py) ---------------------
+    def give_up(self, run_id: str) -> None:  # noqa: B027 (only a backend with replicas has anything to do)
+        """Another process took the run over from this one: drop every later write of it from here."""
+
     # -- cancellation across processes ------------------------------------------------------------
     def request_cancel(self, run_id: str) -> None:
         """Ask whichever process executes the run to cancel it (it polls `cancel_requests`)."""

@@ -139,6 +139,8 @@ async def test_resources(mcp_server, service: Service) -> None:
     assert templates == {
         "conductor://runs/{run_id}",
         "conductor://runs/{run_id}/steps/{index}",
+        "conductor://runs/{run_id}/steps/{index}/diff",
+        "conductor://runs/{run_id}/steps/{index}/patch",
         "conductor://pools/{name}",
     }
     assert run_id in full and '"conductor_calls"' in full

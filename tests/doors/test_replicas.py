@@ -128,28 +128,6 @@ async def test_four_replicas_fifty_runs_each_at_once_none_lost_or_doubled(tmp_pa
     assert sum(calls.values()) == 1000 and set(calls.values()) == {1}  # every step called exactly once
 
 
-async def test_a_replica_that_loses_its_lease_stops_and_its_run_resumes_elsewhere(
-    tmp_path: Path, postgres_url: str
-) -> None:
-    """The database ends A's lease session while A lives: A stops at once (writing nothing more), B resumes."""
-    call_log = tmp_path / "calls.jsonl"
-    a, b = servers = _replicas(tmp_path, postgres_url, 2, CONDUCTOR_SIM_CALL_LOG=str(call_log), first_token_s="0.4")
-    try:
-        started = await _call(a, "orchestrate", task="t", pool="replicated", wait_seconds=0)
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            ended = conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-                (f"conductor-mcp lease {a.proc.pid}",),
-            ).fetchall()
-        assert ended == [(True,)]
-        assert a.proc.wait(timeout=20) == 70 and "lease_lost" in a.stderr()
-        seen = await _call(b, "continue_workflow", run_id=started["run_id"], wait_seconds=60)
-    finally:
-        _stop(servers)
-    assert seen["status"] == "done", seen
-    _assert_each_step_called_once(call_log, seen["steps"])
-
-
 async def test_the_viewer_on_one_replica_streams_the_progress_of_a_run_executing_on_another(
     tmp_path: Path, postgres_url: str
 ) -> None:
