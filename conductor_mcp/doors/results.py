@@ -251,7 +251,8 @@ def run_result(
     ]
     if result.patch is not None:
         links.insert(0, _patch_link(result.patch))
-        markdown += f"\n**Patch:** {_patch_line(result.patch)}\n"
+        if result.patch.applied != "not asked":
+            markdown += f"\n**Apply:** {_applied(result.patch)}\n"
     structured = result.model_dump(mode="json")
     meta = {"anthropic/maxResultSizeChars": min(500_000, 2 * len(json.dumps(structured)))} if detail == "full" else None
     answer_first = CallToolResult(
@@ -272,11 +273,11 @@ def _patch_link(patch: PatchSummary) -> ResourceLink:
 
 
 def _patch_line(patch: PatchSummary) -> str:
-    outcome = {"applied": "; applied to your tree", "refused": f"; not applied: {patch.apply_error}"}
-    return (
-        f"{patch.files_changed} files changed, +{patch.lines_added} -{patch.lines_removed} lines, against "
-        f"{patch.workspace} ({patch.uri}){outcome.get(patch.applied, '')}"
-    )
+    return f"{patch.files_changed} files changed, +{patch.lines_added} -{patch.lines_removed} lines"
+
+
+def _applied(patch: PatchSummary) -> str:
+    return "applied to your tree" if patch.applied == "applied" else f"not applied: {patch.apply_error}"
 
 
 def plan_result(run: Run, pool: Pool, estimate: CostEstimate) -> PlanResult:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from conductor_mcp.models import sim_agent
 from conductor_mcp.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
+from tests.agents.scripted import Script, ScriptedServer
 from tests.conftest import ask, sim_pool_doc, write_pool
 from tests.doors.test_viewer import BEARER, serving
 
@@ -241,3 +244,58 @@ async def test_the_openai_door_takes_the_workspace_from_metadata_and_returns_the
     assert stored.workspace == str(repo)
     assert json.loads(chatted["conductor_patch"])["files_changed"] == 1  # the first root, by default
     assert outside.status_code == 400 and "workspace:" in outside.json()["error"]["message"]
+
+
+async def test_a_tool_using_reviewer_reads_the_agents_result_in_a_workspace_built_on_it(
+    settings: Settings, pool_dir: Path, repo: Path
+) -> None:
+    script = Script(
+        [("read", {"path": "feature.py"}), ("run", {"command": "python3 feature.py && echo hi > mine.txt"})],
+        final="Looks right.",
+    )
+    with ScriptedServer(script) as server:
+        reviewer = {
+            "id": "reviewer",
+            "description": "reviews with tools",
+            "model": "hosted_vllm/reviewer",
+            "api_base": f"{server.base_url}/v1",
+            "max_retries": 0,
+            "tools": ["read", "run"],
+            "sandbox": "read-only",
+            "max_tool_turns": 4,
+        }
+        agent_pool(pool_dir)
+        doc = yaml.safe_load((pool_dir / "agents.yaml").read_text())
+        doc["workers"].append(reviewer)
+        (pool_dir / "agents.yaml").write_text(yaml.safe_dump(doc))
+        run, messages, _ = await run_workflow(
+            settings,
+            [
+                Step(worker="writer", instruction="sim-agent write feature.py: print(6 * 7)", access=[]),
+                Step(worker="reviewer", instruction="Review the change; run it.", access=[0]),
+            ],
+        )
+    assert run.status == "done", run.error
+    writer, review = run.steps
+    assert review.work is not None and writer.work is not None
+    assert review.work.base.parent == writer.work.base.id  # it started from the agent's result
+    read, ran = review.work.tool_uses
+    assert read.name == "read" and "print(6 * 7)" in read.output
+    assert ran.output.startswith("exit status") and "42" in ran.output and "Read-only file system" in ran.output
+    assert review.output and review.output.startswith("Looks right.") and review.work.diff.files == []
+    assert "+print(6 * 7)" in messages["1"][0]["content"]  # it was shown the diff too
+
+
+def test_the_cli_runs_agents_on_the_workspace_it_names_and_prints_the_patch(
+    pool_dir: Path, agent_root: Path, repo: Path, tmp_path: Path
+) -> None:
+    agent_pool(pool_dir)
+    scripted_conductor(pool_dir, [("writer", "sim-agent write feature.py: print(1)", [])])
+    roots = {"CONDUCTOR_WORKSPACE_DIR": str(agent_root), "CONDUCTOR_ROOTS": str(tmp_path)}
+    env = {**os.environ, "CONDUCTOR_POOL_PATH": str(pool_dir), **roots}
+    argv = [sys.executable, "-m", "conductor_mcp", "run", "--pool", "agents", "--quiet", "--workspace", str(repo)]
+    done = subprocess.run([*argv, "Add a feature."], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"**Patch:** 1 files changed, +1 -0 lines, by step 0 against {repo}" in done.stdout
+    outside = subprocess.run([*argv[:-1], "/", "Add a feature."], env=env, capture_output=True, text=True, timeout=120)
+    assert outside.returncode != 0 and "workspace: '/' is outside the allowed roots" in outside.stderr
