@@ -18,7 +18,9 @@ from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ToolAnnotations
+from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import Field
 
 from conductor_mcp import __version__
@@ -102,12 +104,20 @@ SelfCorrectArg = Annotated[
 @contextmanager
 def conductor_errors(kind: type[Exception] = ToolError) -> Iterator[None]:
     """The one mapping of the error tree for MCP callers: the message, raised as the error type the handler's
-    protocol turns into an answer (a tool's ToolError, a resource's ResourceError, a prompt's ValueError).
+    protocol turns into an answer (a tool's ToolError, a resource's ResourceError, a prompt's PromptError).
     Anything outside the tree is a bug: the SDK hides its text from the client."""
     try:
         yield
     except ConductorError as exc:
         raise kind(str(exc)) from None
+
+
+class PromptError(MCPError):
+    """A prompt's error as the client reads it: the SDK passes an MCPError through a prompt, while any other
+    exception (a ValueError included) reaches the client as "Internal server error"."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(code=INVALID_PARAMS, message=message)
 
 
 class ProgressRelay:
@@ -339,7 +349,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
 
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
     def review_run(run_id: str) -> str:
-        with conductor_errors(ValueError):
+        with conductor_errors(PromptError):
             run = access(service).get_run(run_id)
         return (
             f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
