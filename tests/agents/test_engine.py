@@ -299,3 +299,27 @@ def test_the_cli_runs_agents_on_the_workspace_it_names_and_prints_the_patch(
     assert f"**Patch:** 1 files changed, +1 -0 lines, by step 0 against {repo}" in done.stdout
     outside = subprocess.run([*argv[:-1], "/", "Add a feature."], env=env, capture_output=True, text=True, timeout=120)
     assert outside.returncode != 0 and "workspace: '/' is outside the allowed roots" in outside.stderr
+
+
+async def test_resumed_in_another_service_a_later_agent_starts_from_the_stored_patch(
+    settings: Settings, pool_dir: Path, repo: Path
+) -> None:
+    agent_pool(pool_dir)
+    steps = [
+        Step(worker="writer", instruction="sim-agent write feature.py: print(1)", access=[]),
+        Step(worker="second", instruction="sim-agent fail 3", access=[0]),
+    ]
+    failed, _, _ = await run_workflow(settings, steps)
+    assert failed.status == "failed" and failed.steps[0].status == "done"
+    doc = yaml.safe_load((pool_dir / "agents.yaml").read_text())  # the second agent is mended, the server restarted
+    fixed = "import sys, pathlib; sys.stdin.read(); pathlib.Path('more.py').write_text('print(2)\\n'); print('wrote')"
+    doc["workers"][1]["agent"]["command"] = [sys.executable, "-c", fixed]
+    (pool_dir / "agents.yaml").write_text(yaml.safe_dump(doc))
+    async with Service.open(settings) as service:
+        resumed = await service.wait(service.continue_run(failed.id).id, None)
+    assert resumed.status == "done", resumed.error
+    first, second = (step.work for step in resumed.steps)
+    assert first is not None and second is not None and second.diff is not None
+    assert second.base.parent == first.base.id and second.root.tree == first.base.tree
+    assert [f.path for f in second.diff.files] == ["more.py"]  # its own work, over the first one's result
+    assert sorted(f.path for f in second.patch_files) == ["feature.py", "more.py"]
