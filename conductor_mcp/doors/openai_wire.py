@@ -17,6 +17,7 @@ from conductor_mcp.core.client_tools import final_record, function_tools, run_of
 from conductor_mcp.core.outcome import BUDGETS
 from conductor_mcp.core.records import Run, ToolCall, ToolResult
 from conductor_mcp.core.request import EFFORT_LIMITS
+from conductor_mcp.doors.patches import patch_metadata
 from conductor_mcp.errors import RequestError
 
 TEXT_PARTS = {"text", "input_text", "output_text", "summary_text", "refusal"}
@@ -134,11 +135,12 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
         max_usd = None if max_usd is None else float(max_usd)
     except (TypeError, ValueError):
         raise RequestError(f"metadata.max_usd: must be a number of US dollars, got {max_usd!r}") from None
-    if effort is not None and effort not in EFFORT_LIMITS:
+    if effort is not None and (not isinstance(effort, str) or effort not in EFFORT_LIMITS):  # a list is unhashable
         raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORT_LIMITS)}, got {effort!r}")
     tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
     limits = EFFORT_LIMITS[effort] if effort is not None else {}
     chosen = {"workers": _workers(metadata["workers"])} if metadata.get("workers") is not None else {}
+    chosen |= {"workspace": str(metadata["workspace"])} if metadata.get("workspace") is not None else {}
     return {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "tools": tools, **chosen, **limits}
 
 
@@ -333,7 +335,7 @@ def answer_items(run: Run) -> list[dict[str, Any]]:
 def response_object(run: Run, model: str, output: list[dict[str, Any]], created: int) -> dict[str, Any]:
     """A Responses `response` for a run in any state (`in_progress` while it runs)."""
     status, reason = outcome(run)
-    metadata: dict[str, Any] = {"conductor_run_id": run.id}
+    metadata: dict[str, Any] = {"conductor_run_id": run.id, **patch_metadata(run)}
     if run.stop is not None and status != "completed":
         metadata["conductor_stop"] = run.stop.kind
     return {
@@ -379,7 +381,7 @@ def chat_object(run: Run, model: str, created: int) -> dict[str, Any]:
             "index": 0, "message": {**message, **({"tool_calls": calls} if calls else {})},
             "finish_reason": finish_reason(run), "logprobs": None,
         }],
-        "usage": chat_usage(run), "conductor_run_id": run.id,
+        "usage": chat_usage(run), "conductor_run_id": run.id, **patch_metadata(run),
     }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
 from conductor_mcp.doors.render import worker_choice
 from conductor_mcp.doors.viewer_svg import source_key, timeline_svg, workflow_svg
+from conductor_mcp.doors.viewer_work import work_section
 
 
 def _e(value: object) -> str:
@@ -230,6 +231,7 @@ def _step(run: Run, step: StepRecord) -> str:
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>",
         f'<h4>Instruction</h4><pre class="text">{_e(step.instruction)}</pre>',
         f'<h4>Output</h4><pre class="text output">{_e(step.output or "")}</pre>',
+        work_section(step),
         _client_tools(step),
         _attempts(step),
         f'<h4>Messages received</h4><div class="messages" data-src="{messages_url}?part=1">'

@@ -146,16 +146,29 @@ class WorkspaceSteps:
         record.cost_usd, record.latency_s = result.cost_usd, round(time.perf_counter() - started, 4)
 
     async def _workspace(self, record: StepRecord, seen: list[StepRecord]) -> Workspace:
-        """A fresh workspace for the step: from the latest seen step's workspace, else from the caller's tree."""
-        parents = [self._by_step[r.key] for r in sorted(seen, key=lambda r: r.order) if r.key in self._by_step]
-        if parents:
-            workspace = await self.scope.derive(parents[-1])
-            self._origin[workspace.id] = self._origin_of(parents[-1])
+        """A fresh workspace for the step: from the result of the latest seen step that worked in one (its workspace,
+        or, when that is gone with an earlier process, its stored patch over the caller's tree), else from the
+        caller's tree."""
+        latest = max((r for r in seen if r.work is not None), key=lambda r: r.order, default=None)
+        if latest is not None and latest.key in self._by_step:
+            parent = self._by_step[latest.key]
+            workspace = await self.scope.derive(parent)
+            self._origin[workspace.id] = self._origin_of(parent)
         else:
             workspace = await self.scope.create(self.source)
             self._origin[workspace.id] = workspace
+            if latest is not None and latest.work is not None and latest.work.patch:
+                await self._take_over(workspace, latest)
         self._by_step[record.key] = workspace
         return workspace
+
+    async def _take_over(self, workspace: Workspace, earlier: StepRecord) -> None:
+        assert earlier.work is not None and earlier.work.patch is not None
+        patch, parent = earlier.work.patch.encode("utf-8"), earlier.work.base.id
+        try:
+            self._origin[workspace.id] = await asyncio.to_thread(workspace.take_over, patch, parent)
+        except WorkspaceError as exc:  # the caller's tree moved on (the patch applied already, say)
+            log.warning("earlier_result_not_taken_over", step=earlier.key, error=str(exc))
 
     def _origin_of(self, workspace: Workspace) -> Workspace:
         return self._origin.get(workspace.id, workspace)

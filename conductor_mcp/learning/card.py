@@ -41,6 +41,32 @@ def plot_curve(curve: list[float], path: Path, sft_losses: list[float] | None = 
     plt.close(fig)
 
 
+def plot_rollouts(rollouts: list[dict[str, Any]], path: Path) -> None:
+    """What GRPO had to learn from, per reward call: the mean reward, its spread within groups (Dr. GRPO's
+    advantages are these differences), the share of flat groups (no gradient) and distinct completions per group."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = range(1, len(rollouts) + 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(steps, [r["mean"] for r in rollouts], marker=".", label="mean reward")
+    left.plot(steps, [r["group_std"] for r in rollouts], marker=".", label="reward std within a group (mean)")
+    left.plot(steps, [r["correct"] for r in rollouts], marker=".", label="right answers")
+    left.set(xlabel="GRPO step", ylim=(-0.05, 1.05), title="Rewards")
+    left.legend(fontsize=8)
+    right.plot(steps, [r["flat_groups"] / r["groups"] for r in rollouts], marker=".", label="flat groups (share)")
+    right.plot(steps, [r["distinct_per_group"] for r in rollouts], marker=".", label="distinct completions a group")
+    right.set(xlabel="GRPO step", title="Exploration")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_card(
     args: argparse.Namespace,
     pool: Pool,
@@ -74,6 +100,8 @@ def write_card(
     }
     (args.out / "card.json").write_text(json.dumps(card, indent=2))
     plot_curve(curve, args.out / "reward_curve.png", sft_losses)
+    if rollouts:
+        plot_rollouts(rollouts, args.out / "rollouts.png")
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
     targets = "workflows and their first steps alone" if args.sft_first_step_too else "workflows"
     warm = (

@@ -17,7 +17,7 @@ from typing import Any
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import decisions, judging, subpools
+from conductor_mcp.learning import card, decisions, judging, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
 from conductor_mcp.pools import load_pool
@@ -107,6 +107,11 @@ async def judge(args: argparse.Namespace) -> dict[str, Any]:
         oracle = await choose_oracles(run, recipe, pool, args.oracle_tasks)
         rows = await held_out_rows(run, written, tasks, pools, oracle)
     report = judging.report(rows, oracle, recipe.cost_weight)
+    if card_file.exists():
+        trained = json.loads(card_file.read_text())
+        report["diagnosis"] = judging.diagnosis(trained)
+        if trained.get("rollouts"):
+            card.plot_rollouts(trained["rollouts"], args.run / "rollouts.png")
     (args.run / "judged.json").write_text(json.dumps(report, indent=2))
     (args.run / "judged.md").write_text(judging.markdown(report))
     return report

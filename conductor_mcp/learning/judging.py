@@ -195,6 +195,33 @@ def report(rows: list[dict[str, Any]], oracle: dict[str, Any], cost_weight: floa
     }
 
 
+def diagnosis(card: dict[str, Any]) -> dict[str, Any]:
+    """What GRPO had to learn from, in its card's per-step rollout statistics: the reward curve's ends, the reward
+    spread within groups, the flat groups, the variety of completions and the most written ones, first and last."""
+    steps = card.get("rollouts") or []
+    if not steps:
+        return {}
+    fifth = max(1, len(steps) // 5)
+
+    def mean(key: str, part: list[dict[str, Any]]) -> float:
+        return statistics.fmean(s[key] for s in part)
+
+    ends = {"first fifth": steps[:fifth], "last fifth": steps[-fifth:]}
+    return {
+        "steps": len(steps),
+        "wall_s": card.get("wall_s", {}),
+        **{
+            f"{key} ({end})": mean(key, part)
+            for key in ("mean", "correct", "group_std", "distinct_per_group", "well_formed")
+            for end, part in ends.items()
+        },
+        "flat groups": sum(s["flat_groups"] for s in steps),
+        "groups": sum(s["groups"] for s in steps),
+        "most written (first step)": steps[0]["most_written"],
+        "most written (last step)": steps[-1]["most_written"],
+    }
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The judgement as a README section's tables."""
     lines = [
@@ -232,4 +259,10 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     for policy, counts in report["written"].items():
         lines += ["", f"Most written by the {policy} policy (over real worker ids): {counts}"]
+    if report.get("diagnosis"):
+        lines += ["", "GRPO's rollouts (card.json `rollouts`, rollouts.png):", ""]
+        lines += [
+            f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}"
+            for key, value in report["diagnosis"].items()
+        ]
     return "\n".join(lines) + "\n"

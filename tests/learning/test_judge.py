@@ -8,7 +8,8 @@ import random
 from pathlib import Path
 
 from conductor_mcp.config import builtin_pool_dir
-from conductor_mcp.learning import decisions, judge, judging, subpools, train_options, training
+from conductor_mcp.learning import card, decisions, judge, judging, subpools, train_options, training
+from conductor_mcp.learning.rewards import Outcome
 from conductor_mcp.pools import load_pool
 
 
@@ -45,7 +46,10 @@ def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
     tasks = train_options.held_out_tasks(args)
     avoid = {subpools.worker_order(p) for p in subpools.training_pools(args, pool, 0)}
     recipe = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    (out / ("card.json" if policy else "recipe.json")).write_text(json.dumps({"recipe": recipe} if policy else recipe))
+    outcomes = [Outcome(0.1, True), Outcome(0.1, True), Outcome(0.0, False), Outcome(1.0, True, True)]
+    rollouts = [card.rollout_stats(["a", "b", "c", "c"], tasks[:1], outcomes, group=2)] * 3
+    trained = {"recipe": recipe, "rollouts": rollouts, "wall_s": {"grpo": 1.0}}
+    (out / ("card.json" if policy else "recipe.json")).write_text(json.dumps(trained if policy else recipe))
     for label, written in policy.items():
         with (out / f"held_out_{label}.jsonl").open("w") as sink:
             for task in tasks:
@@ -87,6 +91,8 @@ async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tm
         and report["strategies"]["warm start"]["steps_per_task"] == 1
     )
     assert "| trained |" in (tmp_path / "judged.md").read_text()
+    assert report["diagnosis"]["flat groups"] == 3 and report["diagnosis"]["groups"] == 6
+    assert (tmp_path / "rollouts.png").read_bytes()[:4] == b"\x89PNG"
 
 
 async def test_baselines_and_oracles_are_judged_while_the_policy_trains(tmp_path: Path) -> None:

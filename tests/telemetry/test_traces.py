@@ -203,6 +203,8 @@ async def test_a_resumed_run_continues_its_trace_kept_in_postgresql(
     async with Service.open(config) as second:
         resumed = second.continue_run(run.id)
         done = await second.wait(resumed.id, None)
+        live = second.telemetry.metrics.registry.get_sample_value("conductor_replicas_live", {"backend": "postgresql"})
+        assert live == 1  # this replica's advisory lock; the first one's went with its session
     assert done.status == "done" and done.trace_id == kept.trace_id
     roots = [s for s in received.spans if not s.parent_span_id]
     assert len(roots) == 2 and {s.trace_id.hex() for s in received.spans} == {kept.trace_id}
