@@ -43,6 +43,12 @@ class Reads:
         mine = None if self.principal.admin else self.principal.name
         return self.reader.list_runs(limit, status, principal=mine, **filters)
 
+    def count_runs(self, status: str | None = None, *, pool: str | None = None) -> int:
+        """How many of the principal's runs (an admin's: everyone's) match the list's filters."""
+        return self.reader.count_runs(
+            status, pool=pool, principal=None if self.principal.admin else self.principal.name
+        )
+
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
         self.get_run(run_id)
         return self.reader.step_messages(run_id, key)

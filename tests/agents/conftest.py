@@ -95,16 +95,19 @@ def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float =
     return agent_worker(sandbox=sandbox, timeout_s=timeout_s, **codex_agent(port))
 
 
+def claude_agent(port: int) -> dict[str, Any]:
+    """A pool's `agent:` entry for Claude Code against the scripted Messages server on `port`."""
+    return {
+        "cli": "claude",
+        "binary": CLAUDE,
+        "env_pass": ["ANTHROPIC_API_KEY"],
+        "env": {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"},
+    }
+
+
 def claude_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
     """Claude Code against the scripted Messages server on `port`."""
-    return agent_worker(
-        "claude",
-        sandbox,
-        timeout_s,
-        binary=CLAUDE,
-        env_pass=["ANTHROPIC_API_KEY"],
-        env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"},
-    )
+    return agent_worker(sandbox=sandbox, timeout_s=timeout_s, **claude_agent(port))
 
 
 def processes_with_env(entry: str) -> list[int]:

@@ -15,12 +15,12 @@ import yaml
 from mcp import StdioServerParameters
 from mcp.client import Client
 
-from tests.agents.conftest import codex_agent, needs_bwrap, needs_codex
+from tests.agents.conftest import claude_agent, codex_agent, needs_bwrap, needs_claude, needs_codex
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer
 from tests.conftest import scripted_pool, server_env
 
-pytestmark = [pytest.mark.slow, pytest.mark.external, needs_codex, needs_bwrap]
+pytestmark = [pytest.mark.slow, pytest.mark.external, needs_bwrap]
 
 WRITE = "printf 'def mul(a, b):\\n    return a * b\\n' > mul.py && python3 -c 'import mul; print(mul.mul(6, 7))'"
 STEPS = [
@@ -29,12 +29,13 @@ STEPS = [
 ]
 
 
-def agent_pool_file(pool_dir: Path, port: int) -> str:
+def agent_pool_file(pool_dir: Path, port: int, cli: str = "codex") -> str:
     name = scripted_pool(pool_dir, "agents", STEPS, anonymize=False)
     path = pool_dir / f"{name}.yaml"
     doc = yaml.safe_load(path.read_text())
-    codex = {"id": "codex", "description": "Codex CLI", "sandbox": "workspace-write", "timeout_s": 120}
-    doc["workers"] = [{**codex, "agent": codex_agent(port)}, *doc["workers"]]
+    agent = codex_agent(port) if cli == "codex" else claude_agent(port)
+    worker = {"id": "codex", "description": f"{cli} agent", "sandbox": "workspace-write", "timeout_s": 120}
+    doc["workers"] = [{**worker, "agent": agent}, *doc["workers"]]
     path.write_text(yaml.safe_dump(doc))
     return name
 
@@ -62,6 +63,7 @@ async def orchestrate(client: Client, **arguments: Any) -> dict[str, Any]:
     return {"structured": result.structured_content, "links": [c for c in result.content if c.type == "resource_link"]}
 
 
+@needs_codex
 async def test_orchestrate_returns_the_codex_patch_and_leaves_the_tree_alone(
     tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
 ) -> None:
@@ -96,6 +98,7 @@ async def test_orchestrate_returns_the_codex_patch_and_leaves_the_tree_alone(
     assert files_named(agent_root, "mul.py") == []  # the workspaces went with the run
 
 
+@needs_codex
 async def test_apply_writes_the_patch_only_while_the_tree_matches(
     tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
 ) -> None:
@@ -117,6 +120,25 @@ async def test_apply_writes_the_patch_only_while_the_tree_matches(
     assert (repo / "mul.py").read_text() == "def mul(a, b):\n    return a * b\n"
 
 
+@needs_claude
+async def test_orchestrate_with_claude_code_returns_its_patch(
+    tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
+) -> None:
+    before = fingerprint(repo)
+    script = Script([("Bash", {"command": WRITE})], final="Wrote mul.py.")
+    with ScriptedServer(script) as server:
+        agent_pool_file(pool_dir, server.port, cli="claude")
+        async with Client(params(tmp_path, pool_dir, agent_root, repo), mode="legacy") as client:
+            run = (await orchestrate(client))["structured"]
+            transcript = json.loads((await client.read_resource(f"conductor://runs/{run['run_id']}")).contents[0].text)
+    assert run["status"] == "done", run
+    assert run["patch"]["files"][0]["path"] == "mul.py" and run["patch"]["lines_added"] == 2
+    agent = transcript["steps"][0]["work"]["agent"]
+    assert agent["cli"] == "claude" and agent["cost_reported"] and [c["exit_code"] for c in agent["commands"]] == [0]
+    assert fingerprint(repo) == before
+
+
+@needs_codex
 async def test_a_workspace_outside_the_roots_is_a_named_error(
     tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
 ) -> None:
