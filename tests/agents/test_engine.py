@@ -222,7 +222,10 @@ async def test_the_viewer_shows_the_diff_escaped(settings: Settings, pool_dir: P
     run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction=xss, access=[])])
     async with Service.open(settings) as service, serving(service) as client:
         page = (await client.get(f"/ui/runs/{run.id}", headers=BEARER)).text
-    assert "Diff (1 files, +1 -0 lines)" in page and "+&lt;script&gt;window.__xss=1&lt;/script&gt;" in page
+    assert (
+        "Diff (1 files, +1 -0 lines)" in page
+        and '<span class="add">+&lt;script&gt;window.__xss=1&lt;/script&gt;' in page
+    )
     assert "<script>window" not in page and "command line" in page
 
 
