@@ -17,15 +17,15 @@ import anyio
 
 from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
-from conductor_mcp.core.choice import allowed_ids, pool_view
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.host import HostModel
-from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
+from conductor_mcp.core.limits import MAX_CONTEXT_CHARS
+from conductor_mcp.core.new_run import new_run
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
-from conductor_mcp.core.records import Run, ToolResult, new_run_id, now
+from conductor_mcp.core.records import Run, ToolResult, now
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
@@ -115,17 +115,7 @@ class Service(RunReader):
         if exhausted:
             raise BudgetExhausted(f"server: {exhausted}; no new runs until the server restarts")
         pool = self.pools.for_request(request.pool)
-        steps = request.max_steps or pool.max_steps
-        run = Run(
-            id=new_run_id(), task=request.task, context=request.context or None, files=list(request.files),
-            metadata=dict(request.metadata), tools=list(request.tools), pool=pool.name, max_steps=steps,
-            pool_digest=self.pools.digest(pool), workers=request.workers, conductor_model=pool.conductor.model,
-            worker_ids=allowed_ids(pool, request.workers, sampling),
-            budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
-            self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
-            workspace=request.workspace, keep_workspaces=request.keep_workspaces, principal=request.principal,
-        )  # fmt: skip
-        return run, pool_view(pool, run.worker_ids)
+        return new_run(request, pool, self.pools.digest(pool), sampling)
 
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
         await self.conductor.plan_run(run, pool, self.server_budget, on_event)
@@ -357,8 +347,13 @@ class Service(RunReader):
         run.ended_at = now()
         run.recompute_totals()
         self._save_final(run)
-        log.info("run_finished", run_id=run.id, status=run.status, tokens=run.totals.total_tokens,
-                 cost_usd=run.totals.cost_usd)  # fmt: skip
+        log.info(
+            "run_finished",
+            run_id=run.id,
+            status=run.status,
+            tokens=run.totals.total_tokens,
+            cost_usd=run.totals.cost_usd,
+        )
         finished = ProgressEvent("run_finished", run.id, f"run {run.status}", None, run.totals.steps, len(run.steps))
         await emit(on_event, finished)
 

@@ -21,23 +21,25 @@ from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
-from conductor_mcp.doors.openai_wire import (
-    Asked,
-    ToolReply,
+from conductor_mcp.doors.openai_replies import (
     answer_items,
     chat_object,
-    chat_request,
-    chat_tool_reply,
-    earlier_turns,
     finished_ok,
     now_s,
     reasoning_item,
     response_object,
-    responses_request,
-    responses_tool_reply,
     run_error,
     run_of_response,
+)
+from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
+from conductor_mcp.doors.openai_wire import (
+    Asked,
+    ToolReply,
+    chat_request,
+    chat_tool_reply,
+    earlier_turns,
+    responses_request,
+    responses_tool_reply,
 )
 from conductor_mcp.doors.patches import wants_workspace
 from conductor_mcp.doors.principals import access
