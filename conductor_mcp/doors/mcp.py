@@ -75,7 +75,9 @@ reviews, questions where a second opinion matters. Pass code or files the worker
 nothing else. A call returns within `wait_seconds`; if the status is `running`, call `continue_workflow` with
 the run id to collect the result. If the answer is wrong or incomplete, call `continue_workflow` with
 `feedback`: the conductor reviews the earlier work with your feedback. `plan` shows the workflow and its cost
-without running it. Runs are kept; read `conductor://runs/{run_id}` for the full transcript."""
+without running it. Runs are kept; read `conductor://runs/{run_id}` for the full transcript. Pools with coding
+agents (see `pools`) work in copies of `workspace` (your repository; default: the first root) and never change
+your tree: the result's `patch` says what they changed; pass `apply: true` to have it applied."""
 
 WaitArg = Annotated[
     float,

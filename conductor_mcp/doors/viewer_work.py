@@ -1,6 +1,7 @@
 """The viewer's part of a step that worked in a workspace: where it started, what the agent CLI ran (command line,
 version, exit status, the commands with their exit codes), the tool calls of a tool-using model, and the diff.
-Everything here came from an agent or a tool and is shown escaped, as text in <pre>, bounded."""
+Everything here came from an agent or a tool and is shown escaped, as text in <pre>, bounded (a diff's lines in
+classed spans, so the stylesheet colours what was added and removed)."""
 
 from __future__ import annotations
 
@@ -83,4 +84,21 @@ def _diff(work: StepWork) -> str:
     if diff is None or not diff.files:
         return '<h4>Diff</h4><p class="none">no change to the workspace</p>'
     counts = f"{len(diff.files)} files, +{diff.added} -{diff.removed} lines"
-    return f'<h4>Diff ({_e(counts)})</h4><pre class="text diff">{_e(_cut(diff.text, DIFF_SHOWN_CHARS))}</pre>'
+    return f'<h4>Diff ({_e(counts)})</h4><pre class="text diff">{diff_html(_cut(diff.text, DIFF_SHOWN_CHARS))}</pre>'
+
+
+def diff_html(text: str) -> str:
+    """A unified diff line by line, every line escaped; file, hunk, added and removed lines in classed spans (inside
+    a hunk only the first character counts: a removed "-- comment" line is a removal, not a file header)."""
+    lines, in_hunk = [], False
+    for line in text.split("\n"):
+        if line.startswith("diff --git "):
+            in_hunk, kind = False, "file"
+        elif line.startswith("@@"):
+            in_hunk, kind = True, "hunk"
+        elif in_hunk:
+            kind = {"+": "add", "-": "del"}.get(line[:1])
+        else:
+            kind = "file" if line.startswith(("--- ", "+++ ")) else None
+        lines.append(f'<span class="{kind}">{_e(line)}</span>' if kind else _e(line))
+    return "\n".join(lines)

@@ -52,8 +52,9 @@ class WorkspaceSteps:
         self._by_step: dict[str, Workspace] = {}
         self._origin: dict[str, Workspace] = {}  # workspace id -> the first workspace of its chain
 
-    async def run(self, run: Run, record: StepRecord, messages: list[dict[str, Any]], seen: list[StepRecord]) -> None:
+    async def run(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> None:
         """Carry out the step (filling its record), or ProviderError with every attempt when none succeeded."""
+        seen = builds_on(run, record)
         worker = self.pool.get(record.worker_id)
         attempts: list[Attempt] = []
         error = "no attempt made"
@@ -186,6 +187,18 @@ class WorkspaceSteps:
             work.patch = patch.decode("utf-8")
         except UnicodeDecodeError:
             work.patch_note = "the patch holds text that is not UTF-8, which the run store cannot keep as it is"
+
+
+def builds_on(run: Run, record: StepRecord) -> list[StepRecord]:
+    """The steps whose results a step may build on: those it sees; for a step of a corrective workflow that sees
+    none that worked in a workspace, those its conductor step saw (so a follow-up's corrective agent starts from
+    the earlier agents' work, not from the caller's tree)."""
+    by_key = {step.key: step for step in run.steps}
+    prefix = f"{record.parent}." if record.parent else ""
+    seen = [by_key[key] for j in record.access if (key := f"{prefix}{j}") in by_key]
+    if record.parent in by_key and not any(step.work is not None for step in seen):
+        seen += builds_on(run, by_key[record.parent])
+    return seen
 
 
 def _described(exc: Exception) -> str:

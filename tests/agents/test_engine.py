@@ -222,7 +222,10 @@ async def test_the_viewer_shows_the_diff_escaped(settings: Settings, pool_dir: P
     run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction=xss, access=[])])
     async with Service.open(settings) as service, serving(service) as client:
         page = (await client.get(f"/ui/runs/{run.id}", headers=BEARER)).text
-    assert "Diff (1 files, +1 -0 lines)" in page and "+&lt;script&gt;window.__xss=1&lt;/script&gt;" in page
+    assert (
+        "Diff (1 files, +1 -0 lines)" in page
+        and '<span class="add">+&lt;script&gt;window.__xss=1&lt;/script&gt;' in page
+    )
     assert "<script>window" not in page and "command line" in page
 
 
@@ -323,3 +326,20 @@ async def test_resumed_in_another_service_a_later_agent_starts_from_the_stored_p
     assert second.base.parent == first.base.id and second.root.tree == first.base.tree
     assert [f.path for f in second.diff.files] == ["more.py"]  # its own work, over the first one's result
     assert sorted(f.path for f in second.patch_files) == ["feature.py", "more.py"]
+
+
+async def test_a_follow_ups_corrective_agent_starts_from_the_earlier_agents_result(
+    settings: Settings, pool_dir: Path
+) -> None:
+    agent_pool(pool_dir)
+    scripted_conductor(pool_dir, [("second", "sim-agent write more.py: print(2)", [])])
+    steps = [Step(worker="writer", instruction="sim-agent write feature.py: print(1)", access=[])]
+    async with Service.open(settings) as service:
+        first = await service.wait(service.start(ask("Add a feature.", pool="agents"), Workflow(steps=steps)).id, None)
+        follow = await service.wait(service.continue_run(first.id, "Also add more.py.").id, None)
+    assert follow.status == "done", follow.error
+    inherited, conductor, corrective = follow.steps
+    assert inherited.work is not None and corrective.work is not None and corrective.parent == conductor.key
+    assert corrective.work.base.parent == inherited.work.base.id  # built on the earlier agent's result
+    assert [f.path for f in corrective.work.diff.files] == ["more.py"] if corrective.work.diff else False
+    assert sorted(f.path for f in corrective.work.patch_files) == ["feature.py", "more.py"]

@@ -121,3 +121,16 @@ async def test_the_list_pages_newer_and_older_with_a_total(viewer_service: Servi
     cursor = ("2026-01-01T00:01:00.000+00:00", "run060")
     assert [r["id"] for r in store.list_runs(3, after=cursor)] == ["run063", "run062", "run061"]
     assert store.count_runs("failed") == 12 and store.count_runs(pool="nowhere") == 0
+
+
+def test_a_diff_is_shown_line_by_line_classed_and_escaped() -> None:
+    from conductor_mcp.doors.viewer_work import diff_html
+
+    header = ["diff --git a/x b/x", "--- a/x", "+++ b/x", "@@ -1 +1 @@"]
+    diff = "\n".join([*header, "-old", "--- a removed SQL comment", '+<script>window.__xss="diff"</script>', " same"])
+    html = diff_html(diff)
+    assert '<span class="file">diff --git a/x b/x</span>' in html and '<span class="hunk">@@ -1 +1 @@</span>' in html
+    assert '<span class="file">--- a/x</span>' in html and '<span class="del">-old</span>' in html
+    assert '<span class="del">--- a removed SQL comment</span>' in html
+    assert '<span class="add">+&lt;script&gt;window.__xss=&quot;diff&quot;&lt;/script&gt;</span>' in html
+    assert html.endswith("\n same") and "<script" not in html
