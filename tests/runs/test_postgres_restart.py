@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
 import psycopg
 
+from conductor_mcp.runs.postgres import PostgresStore
 from tests.conftest import HttpServer, PostgresCluster, scripted_pool, worker_calls
 
 pytestmark = pytest.mark.slow
@@ -224,3 +225,17 @@ async def test_a_run_another_replica_took_while_the_lease_was_lost_is_given_up_t
     finally:
         _stop(servers)
         _let_in(postgres_url)
+
+
+def test_a_run_given_up_here_can_still_be_cancelled_from_here(postgres_url: str) -> None:
+    """Only the run's own records are dropped once it is given up: a cancellation asked for here reaches the
+    replica that took it over (runs/cancels.py)."""
+    store = PostgresStore(postgres_url)
+    try:
+        store.give_up("r1")
+        store.request_cancel("r1")
+        assert store.cancel_requests() == ["r1"]
+        store.clear_cancel("r1")
+        assert store.cancel_requests() == []
+    finally:
+        store.close()
