@@ -12,11 +12,13 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.host import HostModel
 from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.errors import RunNotFound
 from conductor_mcp.reader import RunReader
+from conductor_mcp.runs.active import CANCEL_GRACE_S
 from conductor_mcp.service import Service
 
 
@@ -41,6 +43,12 @@ class Reads:
         mine = None if self.principal.admin else self.principal.name
         return self.reader.list_runs(limit, status, principal=mine, **filters)
 
+    def count_runs(self, status: str | None = None, *, pool: str | None = None) -> int:
+        """How many of the principal's runs (an admin's: everyone's) match the list's filters."""
+        return self.reader.count_runs(
+            status, pool=pool, principal=None if self.principal.admin else self.principal.name
+        )
+
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
         self.get_run(run_id)
         return self.reader.step_messages(run_id, key)
@@ -64,25 +72,23 @@ class Access(Reads):
     def _asked(self, request: RunRequest) -> RunRequest:
         return request.but(principal=self.principal.name)
 
-    async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
-        return await self.service.plan(self._asked(request), on_event)
+    async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None, sampling: bool = False) -> Run:
+        return await self.service.plan(self._asked(request), on_event, sampling)
 
-    def start(self, request: RunRequest) -> Run:
-        return self.service.start(self._asked(request))
+    def start(self, request: RunRequest, host: HostModel | None = None) -> Run:
+        return self.service.start(self._asked(request), host=host)
 
-    def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
+    def continue_run(self, run_id: str, feedback: str | None = None, host: HostModel | None = None) -> Run:
         """As Service.continue_run; a follow-up run belongs to the principal of the run it follows."""
         self.get_run(run_id)
-        return self.service.continue_run(run_id, feedback)
+        return self.service.continue_run(run_id, feedback, host)
 
     def answer_tool_calls(self, run_id: str, results: list[ToolResult]) -> Run:
         self.get_run(run_id)
         return self.service.answer_tool_calls(run_id, results)
 
-    async def cancel(self, run_id: str, wait_s: float | None = None) -> Run:
+    async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
         self.get_run(run_id)
-        if wait_s is None:
-            return await self.service.cancel(run_id)
         return await self.service.cancel(run_id, wait_s)
 
     async def wait(

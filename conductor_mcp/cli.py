@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--context-file", type=Path, help="a file whose text every worker sees with the task")
         p.add_argument("--metadata", help="task metadata as JSON, e.g. the simulator's domain and answer")
         p.add_argument("--json", action="store_true", help="print the full run as JSON instead of markdown")
+        p.add_argument("--workspace", help="the repository agents work on, inside the roots (default: the first)")
         return p
 
     run = task_command("run", "plan and run a task, printing the answer and transcript")
@@ -131,6 +132,7 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.context_files import workspace_in_roots
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
     from conductor_mcp.doors.render import to_markdown
@@ -139,6 +141,8 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
 
     task, context, metadata = _read_task(args)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
+    if args.workspace is not None:
+        request = request.but(workspace=str(workspace_in_roots(args.workspace, settings.file_roots)))
     clock = None if args.command != "run" or args.quiet else RunClock()
     async with Service.open(settings) as service:
         try:

@@ -19,6 +19,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.doors.metrics import metrics_port
     from conductor_mcp.service import Service
 
+    scrape_port = _metrics_port(args, settings)
     if args.http:
         from conductor_mcp.doors.http import base_url, serve_http
         from conductor_mcp.doors.viewer import ViewerAuth
@@ -34,14 +35,14 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
             settle_collector()
-            with metrics_port(service.telemetry.metrics, _metrics_port(args, settings)):
+            with metrics_port(service.telemetry.metrics, scrape_port):
                 await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
         async with Service.open(settings) as service:
             settle_collector()
-            with metrics_port(service.telemetry.metrics, _metrics_port(args, settings)):
+            with metrics_port(service.telemetry.metrics, scrape_port):
                 await serve_stdio(service)
     return 0
 

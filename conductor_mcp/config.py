@@ -214,9 +214,20 @@ def _names_a_secret(name: str) -> bool:
     return _SECRET_NAME.search(name) is not None
 
 
+_seen_environment: dict[Any, Any] = {}
+_seen_secrets: set[str] = set()
+
+
 def secret_values() -> set[str]:
     """Values of environment variables whose names say they hold a secret, for log redaction.
 
-    Read afresh on every call (a key set later is masked too); only the test of each name is remembered, since
-    every model's answer is redacted with this (about half its cost was the regex)."""
-    return {v for k, v in os.environ.items() if len(v) >= 8 and _names_a_secret(k)}
+    Read afresh whenever the environment changed since the last call (a key set later is masked too). Every model's
+    answer is redacted with this: decoding every variable cost 0.12 ms a call (a run makes ~4.5), comparing the raw
+    environment with its copy from the last call costs a microsecond; the test of each name is remembered too."""
+    raw = getattr(os.environ, "_data", None)  # CPython's undecoded dict behind os.environ
+    if raw is None or raw != _seen_environment:
+        _seen_secrets.clear()
+        _seen_secrets.update(v for k, v in os.environ.items() if len(v) >= 8 and _names_a_secret(k))
+        _seen_environment.clear()
+        _seen_environment.update(raw or {})
+    return set(_seen_secrets)

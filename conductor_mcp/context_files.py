@@ -173,6 +173,29 @@ async def _off_the_loop(work: Callable[[], T], what: str) -> T:
         raise RequestError(f"{what} could not be read within {READ_TIMEOUT_S:g} s") from None
 
 
+def workspace_in_roots(path: str | None, roots: list[Path]) -> Path:
+    """The repository a run's agents work on: `path` (a relative one taken from the first root), resolved, which
+    must be a directory inside a root; without one, the first root. RequestError naming `workspace` otherwise."""
+    if not roots:
+        raise RequestError("workspace: no root directory is configured for agents to work on")
+    roots = [root.resolve() for root in roots]
+    if path is None:
+        return roots[0]
+    if "\x00" in path:
+        raise RequestError(f"workspace: {path!r} contains a NUL character, which no path can hold")
+    candidate = Path(path).expanduser()
+    try:
+        resolved = (candidate if candidate.is_absolute() else roots[0] / candidate).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise RequestError(f"workspace: {path!r} does not exist") from None
+    if not _inside(resolved, roots):
+        allowed = ", ".join(str(root) for root in roots)
+        raise RequestError(f"workspace: {path!r} is outside the allowed roots ({allowed})")
+    if not resolved.is_dir():
+        raise RequestError(f"workspace: {path!r} is not a directory")
+    return resolved
+
+
 def roots_from_uris(uris: list[str]) -> list[Path]:
     """Local directories from a client's `file://` root URIs (others are ignored)."""
     return [Path(unquote(urlparse(uri).path)) for uri in uris if uri.startswith("file://")]

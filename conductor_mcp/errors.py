@@ -13,6 +13,8 @@
     ├── ProviderError              every attempt at a model call failed (retries and fallbacks included)
     ├── MalformedResponse          a provider answered 200 with no usable text (retried like a 5xx)
     ├── LocalModelError            the embedded local model cannot be served
+    ├── HostUnavailable            the host's model cannot be asked: its MCP session ended or cannot carry requests
+    ├── HostDeclined               the host answered a sampling request with an error, or with no text
     ├── StoreError                 the run store cannot be read or written
     ├── SandboxUnavailable         model-written code would run without isolation, and nobody opted in
     ├── DatasetError               a dataset file or row that cannot be used (names the file, row and field)
@@ -88,6 +90,15 @@ class MalformedResponse(ConductorError, ValueError):
 
 class LocalModelError(ConductorError, RuntimeError):
     """The local model cannot be served; the message says why and what to do."""
+
+
+class HostUnavailable(ConductorError, RuntimeError):
+    """The host's model (a `model: host` worker) cannot be asked: the MCP session that asked for the run has ended,
+    cannot carry server requests, or no such session is attached to the run (it was resumed by another client)."""
+
+
+class HostDeclined(ConductorError, RuntimeError):
+    """The host answered a sampling request with an error (its user declined it, say) or with no text."""
 
 
 class StoreError(ConductorError, RuntimeError):

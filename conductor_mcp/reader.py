@@ -73,7 +73,7 @@ class RunReader:
         return pool_view(pool, run.worker_ids)
 
     def list_runs(self, limit: int = 20, status: str | None = None, **filters: Any) -> list[dict[str, Any]]:
-        """Newest first; `filters` are the store's (pool, parent_id, before: a page's keyset cursor)."""
+        """Newest first; `filters` are the store's (pool, parent_id, before / after: a page's keyset cursors)."""
         if not 1 <= limit <= MAX_RUNS_LISTED:
             raise RequestError(f"limit: must be between 1 and {MAX_RUNS_LISTED}, got {limit}")
         rows = self._store.list_runs(limit, status, **filters)
@@ -81,6 +81,10 @@ class RunReader:
             if row["status"] == "running":
                 row["status"] = self.get_run(row["id"]).status
         return rows
+
+    def count_runs(self, status: str | None = None, **filters: Any) -> int:
+        """How many runs match the list's filters (pool, principal)."""
+        return self._store.count_runs(status, **filters)
 
     def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
         """The exact messages a step's model received (RunNotFound, StepNotFound)."""

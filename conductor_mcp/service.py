@@ -17,14 +17,15 @@ import anyio
 
 from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
-from conductor_mcp.core.choice import allowed_ids, pool_view
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
-from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, max_calls
+from conductor_mcp.core.host import HostModel
+from conductor_mcp.core.limits import MAX_CONTEXT_CHARS
+from conductor_mcp.core.new_run import new_run
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
-from conductor_mcp.core.records import Run, ToolResult, new_run_id, now
+from conductor_mcp.core.records import Run, ToolResult, now
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
@@ -109,31 +110,20 @@ class Service(RunReader):
         await self.providers.aclose()
 
     # -- starting runs ----------------------------------------------------------------------------
-    def _new_run(self, request: RunRequest, host_offered: bool = False) -> tuple[Run, Pool]:
+    def _new_run(self, request: RunRequest, sampling: bool = False) -> tuple[Run, Pool]:
         exhausted = self.server_budget.exhausted()
         if exhausted:
             raise BudgetExhausted(f"server: {exhausted}; no new runs until the server restarts")
         pool = self.pools.for_request(request.pool)
-        worker_ids = allowed_ids(pool, request.workers, host_offered)
-        steps = request.max_steps or pool.max_steps
-        run = Run(
-            id=new_run_id(), task=request.task, context=request.context or None, files=list(request.files),
-            metadata=dict(request.metadata), tools=list(request.tools), pool=pool.name,
-            pool_digest=self.pools.digest(pool), workers=request.workers, worker_ids=worker_ids,
-            conductor_model=pool.conductor.model, max_steps=steps,
-            budget=request.budget, max_depth=pool.max_depth, max_calls=max_calls(steps),
-            self_correct=pool.self_correct if request.self_correct is None else request.self_correct,
-            workspace=request.workspace, keep_workspaces=request.keep_workspaces, principal=request.principal,
-        )  # fmt: skip
-        return run, pool_view(pool, worker_ids)
+        return new_run(request, pool, self.pools.digest(pool), sampling)
 
     async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
         await self.conductor.plan_run(run, pool, self.server_budget, on_event)
         self._store.save_run(run)
 
-    async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None) -> Run:
-        """The conductor's workflow, stored as a `planned` run; no worker is called."""
-        run, pool = self._new_run(request)
+    async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None, sampling: bool = False) -> Run:
+        """The conductor's workflow, stored as a `planned` run; no worker is called (`sampling`: see `start`)."""
+        run, pool = self._new_run(request, sampling)
         self._store.save_run(run)
         await self._conduct(run, pool, on_event)
         run.recompute_totals()
@@ -151,13 +141,13 @@ class Service(RunReader):
         run = self.start(request)
         return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
-    def start(self, request: RunRequest, workflow: Workflow | None = None) -> Run:
+    def start(self, request: RunRequest, workflow: Workflow | None = None, host: HostModel | None = None) -> Run:
         """Store and start a run in the background; `wait` collects it. With `workflow` the conductor is not
-        asked: that workflow runs as given (baselines, replays)."""
-        run, pool = self._new_run(request)
+        asked (baselines, replays); `host` (the caller's MCP session) answers `model: host` workers."""
+        run, pool = self._new_run(request, host is not None)
         if workflow is not None:
             run.workflow = given_workflow(workflow, [*pool.visible_ids(), CONDUCTOR_ID])
-        self._launch(run, pool)
+        self._launch(run, pool, host)
         return run
 
     # -- continuing runs --------------------------------------------------------------------------
@@ -165,7 +155,7 @@ class Service(RunReader):
         """Whether this process runs it now (a caller collecting it did not start it, so leaving cancels nothing)."""
         return run_id in self._active
 
-    def continue_run(self, run_id: str, feedback: str | None = None) -> Run:
+    def continue_run(self, run_id: str, feedback: str | None = None, host: HostModel | None = None) -> Run:
         """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).
 
         - running here or in another process (either store): that run, which `wait` follows to its end;
@@ -185,10 +175,10 @@ class Service(RunReader):
                 raise RequestError(f"feedback: run {run_id} is still running; collect it before giving feedback")
             return run
         if feedback is not None:
-            return self._follow_up(run, feedback)
+            return self._follow_up(run, feedback, host)
         if run.status == "done":
             return run
-        return self._resume(run)
+        return self._resume(run, host=host)
 
     def answer_tool_calls(self, run_id: str, results: list[ToolResult]) -> Run:
         """Go on with a run whose final worker called the client's tools: the same worker gets its conversation
@@ -198,11 +188,11 @@ class Service(RunReader):
         run = self.reconcile(run_id)  # a turn refused by add_tool_turn rolls the claim back with it
         return self._resume(run, lambda claimed: add_tool_turn(claimed, results))
 
-    def _resume(self, run: Run, change: Callable[[Run], list[int]] | None = None) -> Run:
+    def _resume(self, run: Run, change: Callable[[Run], list[int]] | None = None, host: HostModel | None = None) -> Run:
         """Claim a stored run (applying `change` in the same transaction) and execute what is left of it."""
         pool = self.run_pool(run)
         claimed = self._claim(run.id, change)
-        self._active.launch(claimed, lambda relay: self._execute(claimed, pool, relay))
+        self._active.launch(claimed, lambda relay: self._execute(claimed, pool, relay, self.providers.hosted(host)))
         return claimed
 
     def _claim(self, run_id: str, change: Callable[[Run], list[int]] | None = None) -> Run:
@@ -238,7 +228,7 @@ class Service(RunReader):
         self._store.update(run_id, write_back)
         del self._unsaved[run_id]
 
-    def _follow_up(self, parent: Run, feedback: str) -> Run:
+    def _follow_up(self, parent: Run, feedback: str, host: HostModel | None) -> Run:
         """A child run: the parent's finished steps, taken over as they are, then the conductor as a worker
         who sees them all and the caller's feedback, and writes a corrective workflow or stops."""
         if not feedback.strip():
@@ -246,11 +236,11 @@ class Service(RunReader):
         if parent.workflow is None or not parent.workflow.steps:
             raise RequestError(f"run_id: run {parent.id} has no workflow to follow up; orchestrate the task again")
         context = follow_up_context(parent.context, feedback)[-MAX_CONTEXT_CHARS:]
-        run, pool = self._new_run(parent.request().but(context=context, self_correct=False))
+        run, pool = self._new_run(parent.request().but(context=context, self_correct=False), host is not None)
         run.follow(parent, continuation_step(parent.workflow, feedback))
         for seq, step in enumerate(run.steps):
             self._store.save_step(run.id, seq, step, None)
-        self._launch(run, pool)
+        self._launch(run, pool, host)
         return run
 
     async def run_planned(self, run_id: str, on_event: ProgressCallback | None = None) -> Run:
@@ -311,20 +301,20 @@ class Service(RunReader):
         return await ask_to_cancel(self._store, lambda: self.get_run(run_id), wait_s)
 
     # -- executing runs ---------------------------------------------------------------------------
-    def _launch(self, run: Run, pool: Pool) -> None:
+    def _launch(self, run: Run, pool: Pool, host: HostModel | None = None) -> None:
         run.status, run.owner = "running", self._lease.token
         run.started_at = run.started_at or now()
         self._store.save_run(run)
-        self._active.launch(run, lambda relay: self._execute(run, pool, relay))
+        self._active.launch(run, lambda relay: self._execute(run, pool, relay, self.providers.hosted(host)))
 
-    async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback) -> Run:
+    async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback, providers: Providers) -> Run:
         log.info("run_started", run_id=run.id, pool=pool.name)
         try:
             if run.workflow is None:
                 await self._conduct(run, pool, on_event)
-            async with workspace_steps(self.workspaces, run, pool, self.providers, self.settings) as steps:
+            async with workspace_steps(self.workspaces, run, pool, providers, self.settings) as steps:
                 timeout = self.settings.step_timeout_s
-                executor = Executor(pool, self._store, self.providers, on_event, timeout, self.server_budget, steps)
+                executor = Executor(pool, self._store, providers, on_event, timeout, self.server_budget, steps)
                 await executor.execute(run)
         except asyncio.CancelledError:
             if self._closing:
@@ -357,8 +347,13 @@ class Service(RunReader):
         run.ended_at = now()
         run.recompute_totals()
         self._save_final(run)
-        log.info("run_finished", run_id=run.id, status=run.status, tokens=run.totals.total_tokens,
-                 cost_usd=run.totals.cost_usd)  # fmt: skip
+        log.info(
+            "run_finished",
+            run_id=run.id,
+            status=run.status,
+            tokens=run.totals.total_tokens,
+            cost_usd=run.totals.cost_usd,
+        )
         finished = ProgressEvent("run_finished", run.id, f"run {run.status}", None, run.totals.steps, len(run.steps))
         await emit(on_event, finished)
 

@@ -79,3 +79,10 @@ def test_a_circle_through_an_annotation_only_import_is_caught(tmp_path: Path) ->
         },
     )
     assert result.returncode == 1 and "conductor_mcp.config <-> conductor_mcp.errors" in result.stdout
+
+
+def test_code_packed_past_the_formatter_is_caught(tmp_path: Path) -> None:
+    result = _package(tmp_path, {"engine/run.py": "def f(): return [1,\n 2]  # fmt: skip\n"})
+    assert (
+        result.returncode == 1 and "formatter opt-outs (fmt: skip/off): 1\n  conductor_mcp.engine.run" in result.stdout
+    )

@@ -44,3 +44,15 @@ def test_replica_mode_refuses_a_url_that_is_not_postgresql() -> None:
     done = bench("--database-url", "sqlite:///runs.db")
     assert done.returncode != 0
     assert "--database-url: expected postgresql://" in done.stderr
+
+
+@pytest.mark.slow
+def test_postgres_mode_charges_the_database_its_cpu_per_run() -> None:
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")):
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
+    done = bench("--quick", "--postgres", "--cpu-runs", "20", "--cpu-repeats", "1", "--routes", "http")
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    row = re.search(r"^\s+http\s+1\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+0$", done.stdout, re.MULTILINE)
+    assert row, done.stdout  # server ms/run, DB ms/run, runs/s per DB core, per server core; no errors
+    assert 1 < float(row.group(1)) < 1000 and 0 < float(row.group(2)) < 1000, done.stdout
+    assert done.returncode == 0, done.stdout

@@ -26,6 +26,12 @@ timed beside litellm's, and the server's own CPU is what is left after the bare 
     python tools/bench_load.py                      # 1,000 concurrent runs of 30 s, 3 rounds (~5 min)
     python tools/bench_load.py --quick              # the same measurements, smaller (under 2 minutes)
     python tools/bench_load.py --database-url postgresql://user@host/db --replicas 2
+    python tools/bench_load.py --postgres [--replicas 2]   # a throwaway cluster: the database's CPU per run
+
+4. The database's share, with --postgres: a throwaway PostgreSQL cluster (tools/bench_postgres.py), one server on
+   it, the CPU phase of each route; the cluster's CPU per run from /proc (postmaster, backends, background
+   processes, exited ones included) beside the server's, and the ceiling it implies: runs/s per database core
+   (1000 / DB ms per run). With --replicas too, the replica phase then runs on the same cluster.
 """
 
 from __future__ import annotations
@@ -660,6 +666,7 @@ async def hold_phase(server: Server, args: argparse.Namespace, route: Route, bas
 
 def replica_phase(args: argparse.Namespace, pools: Path, state: Path) -> bool:
     """Throughput of one replica against --replicas on one PostgreSQL, the same CPU-bound load on each."""
+    args.replicas = args.replicas or 2
     from conductor_mcp.config import Settings
 
     if urlsplit(args.database_url).scheme not in ("postgresql", "postgres"):
@@ -703,6 +710,44 @@ def replica_phase(args: argparse.Namespace, pools: Path, state: Path) -> bool:
             f"measures contention, not scale-out (it needs >= {2 * args.replicas + 1} free cores to mean that)"
         )
     return ok
+
+
+def database_phase(args: argparse.Namespace, pools: Path, state: Path) -> bool:
+    """The database's CPU per run on a throwaway cluster, beside the server's, and the ceiling each implies."""
+    from bench_postgres import cluster_cpu_s, throwaway_cluster
+
+    from conductor_mcp.models.local import free_port
+
+    with throwaway_cluster(free_port()) as (url, postmaster):
+        server = start_server(state / "on-postgres", pools, url)
+        rows = []
+        try:
+            for route in args.routes:
+                cpu_phase([server], 20, args.cpu_concurrency, 1, -200, route.cpu_pool)  # warm-up
+            for number, route in enumerate(args.routes):
+                for repeat in range(args.cpu_repeats):
+                    first = 4 * 10**7 + (number * args.cpu_repeats + repeat) * args.cpu_runs
+                    before = cluster_cpu_s(postmaster)
+                    cpu = cpu_phase(
+                        [server], args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool
+                    )
+                    rows.append((route, repeat + 1, cpu, (cluster_cpu_s(postmaster) - before) * 1000 / args.cpu_runs))
+        finally:
+            stop([server])
+        print(
+            f"\nPostgreSQL's share: one server on a throwaway cluster (PostgreSQL defaults, fsync on), {args.cpu_runs} "
+            f"runs per repeat, {args.cpu_concurrency} at a time; CPU from /proc"
+        )
+        print("   route   repeat  runs/s  server ms/run  DB ms/run  runs/s per DB core  runs/s per server core  errors")
+        for route, repeat, cpu, db_ms in rows:
+            print(
+                f"   {route.name:7} {repeat:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f}"
+                f" {db_ms:10.2f} {1000 / max(db_ms, 1e-9):19.0f} {1000 / cpu.server_ms:23.0f} {len(cpu.errors):7d}"
+            )
+        if args.replicas:
+            args.database_url = url
+            return replica_phase(args, pools, state) and not any(row[2].errors for row in rows)
+    return not any(row[2].errors for row in rows)
 
 
 def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
@@ -786,7 +831,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, help="record the server with py-spy during the CPU phase, to FILE")
     parser.add_argument("--skip-hold", action="store_true", help="only the CPU phase (with --profile, say)")
     parser.add_argument("--database-url", help="postgresql://...: compare 1 replica with --replicas on it instead")
-    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--replicas", type=int, help="server processes of the replica phase (default 2)")
+    parser.add_argument("--postgres", action="store_true", help="the database's CPU per run on a throwaway cluster")
     parser.add_argument("--replica-concurrency", type=int, default=64, help="sim runs at once, replica mode")
     parser.add_argument(
         "--routes", default="sim,http", help="comma-separated: sim (the simulator), http (hosted_vllm/ on a stub)"
@@ -830,6 +876,9 @@ async def main(args: argparse.Namespace) -> int:
         pools.mkdir()
         hold_scale = args.run_seconds / HOLD_SECONDS
         write_pools(pools, hold_scale)
+        if args.postgres:
+            with stub_server(pools, hold_scale, ROUTES["http"] in args.routes):
+                return 0 if database_phase(args, pools, Path(tmp)) else 1
         if args.database_url:
             return 0 if replica_phase(args, pools, Path(tmp)) else 1
         with stub_server(pools, hold_scale, ROUTES["http"] in args.routes):

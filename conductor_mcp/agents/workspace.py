@@ -12,6 +12,7 @@ These functions block (git, file copies): the owner (agents/owner.py) runs them 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -88,6 +89,15 @@ class Workspace:
         if len(data) > max_bytes:
             raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
         return data, changed_files(store, origin.base.tree, new)
+
+    def take_over(self, patch: bytes, parent_id: str) -> Workspace:
+        """Start from an earlier workspace's result that is gone (a run resumed in another process): apply its
+        patch, made against the tree this workspace holds, and make the result this workspace's base. Returns the
+        workspace as it was (its origin, for `patch_from`); WorkspaceError, with nothing changed, if it does not fit."""
+        origin = dataclasses.replace(self)
+        git.git(["apply", "--whitespace=nowarn", "-"], cwd=self.work, env=self.store.env(self.work), stdin=patch)
+        self.base = self.base.model_copy(update={"tree": self.snapshot(), "parent": parent_id})
+        return origin
 
     def git_dir_entries(self) -> set[str]:
         """What the caller's .git holds where agents' sandboxes leave mount points (see `tidy_git_dir`)."""

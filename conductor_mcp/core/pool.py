@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conductor_mcp.core.agent_spec import AGENT_TIMEOUT_S, AgentCli, AgentSpec, SandboxMode, WorkspaceTool
+from conductor_mcp.core.host import HOST_MODEL, HOST_ONLY_FIELDS, HostPreferences, check_host_worker
 from conductor_mcp.core.limits import MAX_STEPS
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import PoolError
@@ -25,7 +26,6 @@ from conductor_mcp.errors import PoolError
 MASK = "***"
 WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 CONDUCTOR_ID = "conductor"  # reserved: the conductor named as a worker (recursion)
-HOST_MODEL = "host"  # a worker's `model`: the MCP host's own model, asked through sampling (engine/host.py)
 
 
 class Pricing(BaseModel):
@@ -71,7 +71,13 @@ class ModelSpec(BaseModel):
 
 
 # Fields of a model worker that mean nothing for an agent worker (its CLI reaches its own model).
-_WORKSPACE_FIELDS = ("agent", "tools", "sandbox", "max_tool_turns")  # added after pools were digested
+_WORKSPACE_FIELDS = (
+    "agent",
+    "tools",
+    "sandbox",
+    "max_tool_turns",
+    *HOST_ONLY_FIELDS,
+)  # added after pools were digested
 _MODEL_ONLY = ("api_base", "api_key_env", "api_key_file", "params", "prompt_style", "max_retries", "max_concurrency")
 
 
@@ -92,6 +98,9 @@ class WorkerSpec(ModelSpec):
     )
     max_tool_turns: int = Field(
         default=12, ge=2, le=50, description="model calls of a tool-using worker; the last one must answer"
+    )
+    preferences: HostPreferences | None = Field(
+        default=None, description="for `model: host`: hints sent to the host as MCP modelPreferences"
     )
 
     @model_validator(mode="before")
@@ -114,6 +123,7 @@ class WorkerSpec(ModelSpec):
     @model_validator(mode="after")
     def _workspace_fields(self) -> WorkerSpec:
         given = self.model_fields_set
+        check_host_worker(self.model, given, self.params)
         if self.agent is not None:
             wrong = [name for name in (*_MODEL_ONLY, "tools", "max_tool_turns") if name in given]
             if wrong:

@@ -12,28 +12,25 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ToolAnnotations
+from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import Field
 
 from conductor_mcp import __version__
-from conductor_mcp.context_files import effective_roots, read_context_files, roots_from_uris
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
-from conductor_mcp.core.prompts import with_files
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.core.request import (
     POOL_NAME,
     ContextText,
     FeedbackText,
-    FileRef,
     FilesArg,
     PoolName,
     RunRequest,
@@ -43,7 +40,10 @@ from conductor_mcp.core.request import (
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.bounded_stdin import bounded_stdin
+from conductor_mcp.doors.host_sampling import host_of
 from conductor_mcp.doors.links import Links
+from conductor_mcp.doors.mcp_roots import caller_roots, context_with_files, workspace_of
+from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
 from conductor_mcp.doors.principals import access
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.doors.results import (
@@ -58,7 +58,7 @@ from conductor_mcp.doors.results import (
     runs_result,
 )
 from conductor_mcp.doors.tasks import TasksExtension, hand_over
-from conductor_mcp.errors import ConductorError, PoolError, RequestError
+from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.service import Service
 
@@ -75,7 +75,9 @@ reviews, questions where a second opinion matters. Pass code or files the worker
 nothing else. A call returns within `wait_seconds`; if the status is `running`, call `continue_workflow` with
 the run id to collect the result. If the answer is wrong or incomplete, call `continue_workflow` with
 `feedback`: the conductor reviews the earlier work with your feedback. `plan` shows the workflow and its cost
-without running it. Runs are kept; read `conductor://runs/{run_id}` for the full transcript."""
+without running it. Runs are kept; read `conductor://runs/{run_id}` for the full transcript. Pools with coding
+agents (see `pools`) work in copies of `workspace` (your repository; default: the first root) and never change
+your tree: the result's `patch` says what they changed; pass `apply: true` to have it applied."""
 
 WaitArg = Annotated[
     float,
@@ -104,7 +106,7 @@ SelfCorrectArg = Annotated[
 @contextmanager
 def conductor_errors(kind: type[Exception] = ToolError) -> Iterator[None]:
     """The one mapping of the error tree for MCP callers: the message, raised as the error type the handler's
-    protocol turns into an answer (a tool's ToolError, a resource's ResourceError, a prompt's ValueError).
+    protocol turns into an answer (a tool's ToolError, a resource's ResourceError, a prompt's PromptError).
     Anything outside the tree is a bug: the SDK hides its text from the client."""
     try:
         yield
@@ -112,31 +114,12 @@ def conductor_errors(kind: type[Exception] = ToolError) -> Iterator[None]:
         raise kind(str(exc)) from None
 
 
-async def client_roots(ctx: Context) -> list[Path] | None:
-    """The client's declared roots (local directories), or None when it declares none or cannot be asked; a
-    client that declares roots but fails to list them gets an error (the roots it meant are unknown)."""
-    capabilities = ctx.session.client_capabilities
-    if capabilities is None or capabilities.roots is None or not ctx.session.can_send_request:
-        return None  # 2026-07-28-era connections have no roots (SEP-2577): the server's roots apply
-    try:
-        with warnings.catch_warnings():  # roots are deprecated in the 2026-07-28 era, and still what hosts send
-            warnings.simplefilter("ignore")
-            listed = await ctx.session.list_roots()
-    except Exception as exc:
-        log.warning("client_roots_unavailable", error=f"{type(exc).__name__}: {exc}")
-        raise RequestError(f"files: the client declares roots but listing them failed ({type(exc).__name__})") from None
-    return roots_from_uris([str(root.uri) for root in listed.roots])
+class PromptError(MCPError):
+    """A prompt's error as the client reads it: the SDK passes an MCPError through a prompt, while any other
+    exception (a ValueError included) reaches the client as "Internal server error"."""
 
-
-async def context_with_files(
-    ctx: Context, service: Service, context: str | None, files: list[str] | None
-) -> tuple[str | None, tuple[FileRef, ...]]:
-    """The caller's context with the named files appended (each marked with its path), and their records."""
-    if not files:
-        return context, ()
-    roots = effective_roots(service.settings.file_roots, await client_roots(ctx))
-    read = await read_context_files(files, roots, len(context or ""))
-    return with_files(context, [(f.ref.path, f.text) for f in read]), tuple(f.ref for f in read)
+    def __init__(self, message: str) -> None:
+        super().__init__(code=INVALID_PARAMS, message=message)
 
 
 class ProgressRelay:
@@ -163,11 +146,11 @@ class Door:
         self.links = links
 
     async def collect(
-        self, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool
+        self, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool, apply: bool = False
     ) -> CallToolResult:
         """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
-        it."""
+        it. `apply`: the run's final patch is applied to the caller's tree (see doors/patches.py)."""
         if not hand_over(run, detail):
             run = await access(self.service).wait(
                 run.id,
@@ -177,7 +160,12 @@ class Door:
                 cancel_on_exit=cancel_on_exit,
                 coalesce=True,
             )
-        return run_result(run, detail, self.links.run(run.id))
+        patch = patch_summary(run)
+        if apply:
+            with conductor_errors():
+                roots = await caller_roots(ctx, self.service)
+            patch = await apply_final_patch(run, patch, roots)
+        return run_result(run, detail, self.links.run(run.id), patch)
 
 
 def build_server(service: Service, links: Links | None = None) -> MCPServer:
@@ -194,6 +182,7 @@ def build_server(service: Service, links: Links | None = None) -> MCPServer:
     _register_plan_and_continue(server, door)
     _register_read_tools(server, service)
     _register_resources(server, service)
+    _register_patch_resources(server, service)
     return server
 
 
@@ -225,9 +214,12 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
         self_correct: SelfCorrectArg = None,
         detail: DetailArg = "summary",
         workers: WorkersArg = None,
+        workspace: WorkspaceArg = None,
+        apply: ApplyArg = False,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, door.service, context, files)
+            where = await workspace_of(ctx, door.service, workspace, pool)
             request = RunRequest.of(
                 task=task,
                 pool=pool,
@@ -237,9 +229,10 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 budget=Budget(max_tokens=max_tokens, max_usd=max_usd),
                 files=file_refs,
                 workers=workers,
+                workspace=where,
             )
-            run = access(door.service).start(request)
-        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True)
+            run = access(door.service).start(request, host=host_of(ctx))
+        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True, apply=apply)
 
 
 def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
@@ -259,13 +252,21 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         context: ContextText = None,
         files: FilesArg = None,
         workers: WorkersArg = None,
+        workspace: WorkspaceArg = None,
     ) -> PlanResult:
         with conductor_errors():
             context, file_refs = await context_with_files(ctx, service, context, files)
+            where = await workspace_of(ctx, service, workspace, pool)
             request = RunRequest.of(
-                task=task, pool=pool, max_steps=max_steps, context=context, files=file_refs, workers=workers
+                task=task,
+                pool=pool,
+                max_steps=max_steps,
+                context=context,
+                files=file_refs,
+                workers=workers,
+                workspace=where,
             )
-            run = await access(service).plan(request, on_event=ProgressRelay(ctx))
+            run = await access(service).plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
             return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
@@ -281,12 +282,13 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         feedback: FeedbackText = None,
         wait_seconds: WaitArg = DEFAULT_WAIT_S,
         detail: DetailArg = "summary",
+        apply: ApplyArg = False,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
             collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = access(service).continue_run(run_id, feedback)
+            run = access(service).continue_run(run_id, feedback, host_of(ctx))
             resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
-        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed)
+        return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed, apply=apply)
 
 
 def _register_read_tools(server: MCPServer, service: Service) -> None:
@@ -349,10 +351,32 @@ def _register_resources(server: MCPServer, service: Service) -> None:
 
     @server.prompt(description="Review a run's transcript and decide whether to continue it with feedback.")
     def review_run(run_id: str) -> str:
-        with conductor_errors(ValueError):
+        with conductor_errors(PromptError):
             run = access(service).get_run(run_id)
         return (
             f"Review this conductor-mcp run. Check the final answer against the task. If it is wrong or "
             f"incomplete, call continue_workflow with run_id '{run.id}' and feedback that says precisely what "
             f"to fix; otherwise summarise the answer.\n\nTask:\n{run.task}\n\n{to_markdown(run)}"
         )
+
+
+def _register_patch_resources(server: MCPServer, service: Service) -> None:
+    @server.resource(
+        "conductor://runs/{run_id}/steps/{index}/diff",
+        mime_type="text/x-diff",
+        description="What an agent step changed in its workspace: a unified diff against the files it started "
+        "from (binary files named, cut to a size).",
+    )
+    def diff_resource(run_id: str, index: str) -> str:
+        with conductor_errors(ResourceError):
+            return step_change(access(service).get_run(run_id), index, "diff")
+
+    @server.resource(
+        "conductor://runs/{run_id}/steps/{index}/patch",
+        mime_type="text/x-diff",
+        description="The whole change from your tree to an agent step's result (the agents it built on included), "
+        "as `git apply` input, binary files too.",
+    )
+    def patch_resource(run_id: str, index: str) -> str:
+        with conductor_errors(ResourceError):
+            return step_change(access(service).get_run(run_id), index, "patch")

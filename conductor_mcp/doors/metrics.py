@@ -1,5 +1,6 @@
 """Where Prometheus scrapes a service's metrics: `/metrics` beside the other HTTP doors (behind the same Host check
-and token), or a port of its own on loopback, without a token, for a scraper on the same machine."""
+and token, and for admins only: the counts cover every user's runs), or a port of its own on loopback, without a
+token, for a scraper on the same machine."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from conductor_mcp.doors.principals import current_principal
 from conductor_mcp.logs import get_logger
 from conductor_mcp.telemetry.metrics import Metrics
 
 log = get_logger(__name__)
 
 LOOPBACK = "127.0.0.1"
+ADMIN_ONLY = "/metrics needs an admin's token (CONDUCTOR_HTTP_TOKEN, or conductor-mcp tokens add NAME --admin)"
 
 
 def metrics_routes(metrics: Metrics, guard: Callable[[Request], Awaitable[Response | None]]) -> list[Route]:
@@ -26,6 +29,8 @@ def metrics_routes(metrics: Metrics, guard: Callable[[Request], Awaitable[Respon
         refused = await guard(request)
         if refused is not None:
             return refused
+        if not current_principal().admin:  # every user's runs are in the counts: pools, workers, spend
+            return JSONResponse({"error": ADMIN_ONLY}, status_code=403)
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return [Route("/metrics", scrape, methods=["GET"])]

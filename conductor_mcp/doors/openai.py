@@ -16,28 +16,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from conductor_mcp.context_files import workspace_in_roots
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
-from conductor_mcp.doors.openai_wire import (
-    Asked,
-    ToolReply,
+from conductor_mcp.doors.openai_replies import (
     answer_items,
     chat_object,
-    chat_request,
-    chat_tool_reply,
-    earlier_turns,
     finished_ok,
     now_s,
     reasoning_item,
     response_object,
-    responses_request,
-    responses_tool_reply,
     run_error,
     run_of_response,
 )
+from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
+from conductor_mcp.doors.openai_wire import (
+    Asked,
+    ToolReply,
+    chat_request,
+    chat_tool_reply,
+    earlier_turns,
+    responses_request,
+    responses_tool_reply,
+)
+from conductor_mcp.doors.patches import wants_workspace
 from conductor_mcp.doors.principals import access
 from conductor_mcp.errors import (
     BudgetExhausted,
@@ -200,7 +204,10 @@ class OpenAIDoor:
 
     def _start(self, asked: Asked) -> Run:
         pool = self.service.pools.pool_of_model(asked.model)
-        request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **asked.run_fields)
+        fields = dict(asked.run_fields)
+        if wants_workspace(self.service, fields.get("workspace"), pool):  # metadata.workspace, else the first root
+            fields["workspace"] = str(workspace_in_roots(fields.get("workspace"), self.service.settings.file_roots))
+        request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **fields)
         run = access(self.service).start(request)
         log.info("openai_run_started", run_id=run.id, model=asked.model, stream=asked.stream)
         return run

@@ -1,4 +1,4 @@
-"""The OpenAI wire formats, both ways: a Responses or Chat Completions body in, a run's JSON and SSE events out.
+"""The OpenAI wire formats, in: a Responses or Chat Completions body as a run request (openai_replies.py: out).
 
 Pure translation, no I/O: the door (doors/openai.py) reads the HTTP request, calls the service and sends what
 these functions build. The last user message is the task; everything else (instructions, system and developer
@@ -8,24 +8,24 @@ messages, earlier turns, tool calls and their outputs) becomes the run's context
 from __future__ import annotations
 
 import json
-import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor_mcp.core.client_tools import final_record, function_tools, run_of_call, tool_result
-from conductor_mcp.core.outcome import BUDGETS
-from conductor_mcp.core.records import Run, ToolCall, ToolResult
+from conductor_mcp.core.client_tools import function_tools, run_of_call, tool_result
+from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import EFFORT_LIMITS
 from conductor_mcp.errors import RequestError
 
 TEXT_PARTS = {"text", "input_text", "output_text", "summary_text", "refusal"}
 UNSUPPORTED_PARTS = {
-    "input_image": "image", "image_url": "image", "input_file": "file", "file": "file",
-    "input_audio": "audio", "audio": "audio",
-}  # fmt: skip
+    "input_image": "image",
+    "image_url": "image",
+    "input_file": "file",
+    "file": "file",
+    "input_audio": "audio",
+    "audio": "audio",
+}
 SKIPPED_ITEMS = {"reasoning", "item_reference"}  # encrypted or unresolvable: nothing a worker could read
-RESPONSE_ID = re.compile(r"^resp_([0-9A-Za-z]{1,64})(?:_\d{1,6})?$")
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,12 @@ def _run_fields(body: dict[str, Any], max_tokens: Any, effort: Any, effort_name:
         max_usd = None if max_usd is None else float(max_usd)
     except (TypeError, ValueError):
         raise RequestError(f"metadata.max_usd: must be a number of US dollars, got {max_usd!r}") from None
-    if effort is not None and effort not in EFFORT_LIMITS:
+    if effort is not None and (not isinstance(effort, str) or effort not in EFFORT_LIMITS):  # a list is unhashable
         raise RequestError(f"{effort_name}: must be one of {', '.join(EFFORT_LIMITS)}, got {effort!r}")
     tools = tuple(function_tools(body.get("tools"), body.get("tool_choice")))
     limits = EFFORT_LIMITS[effort] if effort is not None else {}
     chosen = {"workers": _workers(metadata["workers"])} if metadata.get("workers") is not None else {}
+    chosen |= {"workspace": str(metadata["workspace"])} if metadata.get("workspace") is not None else {}
     return {"budget": {"max_tokens": max_tokens, "max_usd": max_usd}, "tools": tools, **chosen, **limits}
 
 
@@ -221,8 +222,9 @@ def responses_tool_reply(body: dict[str, Any], previous_run_id: str | None) -> T
     items = _after_last_user(raw, lambda item: isinstance(item, dict) and item.get("role") == "user")
     results = [
         tool_result(item.get("call_id"), item.get("output"), f"input[{len(raw) - len(items) + i}]")
-        for i, item in enumerate(items) if isinstance(item, dict) and item.get("type") == "function_call_output"
-    ]  # fmt: skip
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
     return _tool_reply(_model(body), previous_run_id, results, bool(body.get("stream")))
 
 
@@ -234,154 +236,7 @@ def chat_tool_reply(body: dict[str, Any]) -> ToolReply | None:
     tail = _after_last_user(messages, lambda m: isinstance(m, dict) and m.get("role") == "user")
     results = [
         tool_result(m.get("tool_call_id"), _content_text(m.get("content"), "messages[-1]"), "messages")
-        for m in tail if isinstance(m, dict) and m.get("role") == "tool"
-    ]  # fmt: skip
-    return _tool_reply(_model(body), None, results, bool(body.get("stream")))
-
-
-# -- out: runs as OpenAI objects ----------------------------------------------------------------------
-
-
-def turn_tokens(run: Run) -> tuple[int, int]:
-    """The prompt and completion tokens this response accounts for: every token the run spent, conductor
-    included (what the caller pays for); for a tool turn, the turn's own (earlier turns were reported already)."""
-    last = final_record(run)
-    if last is not None and last.tool_results:
-        return last.prompt_tokens, last.completion_tokens
-    return run.totals.prompt_tokens, run.totals.completion_tokens
-
-
-def responses_usage(run: Run) -> dict[str, Any]:
-    prompt, completion = turn_tokens(run)
-    return {
-        "input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
-        "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0},
-    }  # fmt: skip
-
-
-def chat_usage(run: Run) -> dict[str, Any]:
-    prompt, completion = turn_tokens(run)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def response_id(run: Run) -> str:
-    """`resp_<run id>`, then `resp_<run id>_<n>` for the n-th tool turn: each response of a run has its own id."""
-    turns = sum(1 for step in run.steps if step.tool_results)
-    return f"resp_{run.id}_{turns}" if turns else f"resp_{run.id}"
-
-
-def run_of_response(identifier: str) -> str:
-    """The run a response id (`resp_<run id>` or `resp_<run id>_<n>`) belongs to; RequestError for another."""
-    match = RESPONSE_ID.match(identifier)
-    if match is None:
-        raise RequestError(f"previous_response_id: {identifier[:80]!r} is not a response id of this server (resp_...)")
-    return match.group(1)
-
-
-def pending_calls(run: Run) -> list[ToolCall]:
-    """The client's tools the run's final worker called, for the client to run (none once it answered)."""
-    last = final_record(run)
-    return list(last.tool_calls) if last is not None and last.status == "done" else []
-
-
-def function_call_item(call: ToolCall) -> dict[str, Any]:
-    return {
-        "type": "function_call", "id": f"fc_{call.id.removeprefix('call_')}", "call_id": call.id,
-        "name": call.name, "arguments": call.arguments, "status": "completed",
-    }  # fmt: skip
-
-
-def finished_ok(run: Run) -> bool:
-    """A run that has an answer to give: done (a budget or cap stop gives its best answer, as incomplete)."""
-    return run.status == "done" and run.answer is not None
-
-
-def outcome(run: Run) -> tuple[str, str | None]:
-    """The one mapping of a run's outcome to OpenAI's terms: the response status, and why it is incomplete.
-
-    A limit (the caller's max_output_tokens or max_usd, the server's budget, a call or depth cap) that left an
-    answer is OpenAI's `incomplete` with the output so far; the run's own Stop says which limit (metadata)."""
-    if run.status == "running":
-        return "in_progress", None
-    if not finished_ok(run):
-        return "failed", None
-    if run.stop is not None and run.stop.is_limit:
-        return "incomplete", "max_output_tokens"
-    return "completed", None
-
-
-def message_item(run: Run, text: str) -> dict[str, Any]:
-    return {
-        "type": "message", "id": f"msg_{response_id(run).removeprefix('resp_')}", "status": "completed",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-    }  # fmt: skip
-
-
-def reasoning_item(run: Run, summary: str) -> dict[str, Any]:
-    identifier = f"rs_{response_id(run).removeprefix('resp_')}"
-    return {"type": "reasoning", "id": identifier, "summary": [{"type": "summary_text", "text": summary}]}
-
-
-def answer_items(run: Run) -> list[dict[str, Any]]:
-    """The answer as output items: the assistant's text (left out when it only called tools), then its calls."""
-    calls = pending_calls(run)
-    text = [message_item(run, run.answer or "")] if run.answer or not calls else []
-    return [*text, *(function_call_item(call) for call in calls)]
-
-
-def response_object(run: Run, model: str, output: list[dict[str, Any]], created: int) -> dict[str, Any]:
-    """A Responses `response` for a run in any state (`in_progress` while it runs)."""
-    status, reason = outcome(run)
-    metadata: dict[str, Any] = {"conductor_run_id": run.id}
-    if run.stop is not None and status != "completed":
-        metadata["conductor_stop"] = run.stop.kind
-    return {
-        "id": response_id(run), "object": "response", "created_at": created, "status": status, "model": model,
-        "output": output, "usage": responses_usage(run) if status != "in_progress" else None,
-        "metadata": metadata, "error": run_error(run)[1] if status == "failed" else None,
-        "incomplete_details": {"reason": reason} if reason else None,
-        "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": None,
-    }  # fmt: skip
-
-
-def run_error(run: Run) -> tuple[int, dict[str, Any]]:
-    """Why a run gave no answer, and how to get one (its finished steps are kept), with the HTTP status:
-    402 when a budget stopped it before any answer, else 500."""
-    message = (
-        f"run {run.id} {run.status}: {run.error or 'no answer'}; its finished steps are kept: "
-        f"GET /v1/runs/{run.id} shows them, and MCP continue_workflow with run_id '{run.id}' resumes it"
-    )
-    if run.stop is not None and run.stop.kind in BUDGETS:
-        message += "; or raise max_output_tokens / max_tokens / metadata.max_usd"
-        return 402, {"message": message, "type": "insufficient_quota", "param": None, "code": "budget_exhausted"}
-    return 500, {"message": message, "type": "server_error", "param": None, "code": "run_failed"}
-
-
-def chat_tool_calls(run: Run) -> list[dict[str, Any]]:
-    return [
-        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-        for call in pending_calls(run)
+        for m in tail
+        if isinstance(m, dict) and m.get("role") == "tool"
     ]
-
-
-def finish_reason(run: Run) -> str:
-    return "tool_calls" if pending_calls(run) else "length" if outcome(run)[0] == "incomplete" else "stop"
-
-
-def chat_object(run: Run, model: str, created: int) -> dict[str, Any]:
-    calls = chat_tool_calls(run)
-    message = {"role": "assistant", "content": run.answer or (None if calls else run.answer)}
-    return {
-        "id": f"chatcmpl-{response_id(run).removeprefix('resp_')}", "object": "chat.completion",
-        "created": created, "model": model,
-        "choices": [{
-            "index": 0, "message": {**message, **({"tool_calls": calls} if calls else {})},
-            "finish_reason": finish_reason(run), "logprobs": None,
-        }],
-        "usage": chat_usage(run), "conductor_run_id": run.id,
-    }  # fmt: skip
-
-
-def now_s() -> int:
-    return int(time.time())
+    return _tool_reply(_model(body), None, results, bool(body.get("stream")))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conductor_mcp.core.records import Run
+from conductor_mcp.core.agent_records import StepWork
+from conductor_mcp.core.patches import final_work
+from conductor_mcp.core.records import Run, StepRecord
 
 
 def _excerpt(text: str | None, limit: int) -> str:
@@ -41,6 +43,15 @@ def worker_choice(run: Run) -> str:
     return f"{asked} → {', '.join(run.worker_ids) if run.worker_ids is not None else 'every worker of the pool'}"
 
 
+def patch_line(run: Run, record: StepRecord, work: StepWork) -> str:
+    """The final patch in one line: how much it changes, against which tree, and where it is."""
+    files = work.patch_files
+    added, removed = sum(f.added or 0 for f in files), sum(f.removed or 0 for f in files)
+    where = f"conductor://runs/{run.id}/steps/{record.key}/patch" if work.patch is not None else work.patch_note
+    changed = f"{len(files)} files changed, +{added} -{removed} lines"
+    return f"{changed}, by step {record.key} against {work.root.source} ({where})"
+
+
 def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80) -> str:
     """A compact summary for people and calling models: answer first, then the step table and topology."""
     t = run.totals
@@ -55,6 +66,8 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
         parts.append(f"**Workers:** {worker_choice(run)}")
     if run.stop is not None and run.stop.is_limit:
         parts.append(f"**Stopped early** ({run.stop.kind.replace('_', ' ')}): {run.stop.detail}")
+    if (found := final_work(run)) is not None:
+        parts.append(f"**Patch:** {patch_line(run, *found)}")
     if run.fallback_reason:
         parts.append(f"**Conductor fallback:** {run.fallback_reason}")
     if run.repairs:

@@ -15,6 +15,7 @@ from conductor_mcp.core.outcome import BUDGETS, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
 from conductor_mcp.core.usage import CostEstimate, Totals
+from conductor_mcp.doors.patches import PatchSummary, patch_summary
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.pools import PoolSummary
 
@@ -78,6 +79,9 @@ class RunResult(BaseModel):
     steps: list[StepSummary]
     transcript_uri: str
     viewer_url: str | None = Field(default=None, description="the run's page in the HTTP run viewer, when served")
+    patch: PatchSummary | None = Field(
+        default=None, description="the change the answer rests on, when agent workers changed files (see `uri`)"
+    )
 
 
 class PlannedStep(BaseModel):
@@ -197,11 +201,14 @@ def step_summary(run: Run, step: StepRecord, detail: Detail) -> StepSummary:
     )
 
 
-def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = None) -> CallToolResult:
+def run_result(
+    run: Run, detail: Detail = "summary", viewer_url: str | None = None, patch: PatchSummary | None = None
+) -> CallToolResult:
     """The MCP result of a run. Structured content (all that some hosts show their model): the answer first, cut
     at ANSWER_LIMIT_CHARS, and a summary per step; each step is also a resource link to its full record. Text
     content: a markdown summary for hosts that show it. detail="full" puts whole outputs in, for callers that
-    want everything (and asks Claude Code for room with its result-size hint)."""
+    want everything (and asks Claude Code for room with its result-size hint). `patch`: the run's final patch
+    (with the outcome of `apply`), else it is read from the run."""
     transcript = f"conductor://runs/{run.id}"
     answer = run.answer or ""
     shown = answer if detail == "full" else _cut(answer, ANSWER_LIMIT_CHARS, f"read {transcript} or detail='full'")
@@ -223,6 +230,7 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
         steps=[step_summary(run, step, detail) for step in run.steps],
         transcript_uri=transcript,
         viewer_url=viewer_url,
+        patch=patch or patch_summary(run),
     )
     markdown = to_markdown(run, answer_limit=12_000)
     if viewer_url:
@@ -241,6 +249,10 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
         )
         for s in run.steps
     ]
+    if result.patch is not None:
+        links.insert(0, _patch_link(result.patch))
+        if result.patch.applied != "not asked":
+            markdown += f"\n**Apply:** {_applied(result.patch)}\n"
     structured = result.model_dump(mode="json")
     meta = {"anthropic/maxResultSizeChars": min(500_000, 2 * len(json.dumps(structured)))} if detail == "full" else None
     answer_first = CallToolResult(
@@ -248,6 +260,24 @@ def run_result(run: Run, detail: Detail = "summary", viewer_url: str | None = No
     )
     answer_first.meta = meta  # a field whose wire name is `_meta`
     return answer_first
+
+
+def _patch_link(patch: PatchSummary) -> ResourceLink:
+    return ResourceLink(
+        type="resource_link",
+        uri=patch.uri,
+        name=f"patch of step {patch.step}",
+        mime_type="text/x-diff",
+        description=f"the final patch: {_patch_line(patch)}",
+    )
+
+
+def _patch_line(patch: PatchSummary) -> str:
+    return f"{patch.files_changed} files changed, +{patch.lines_added} -{patch.lines_removed} lines"
+
+
+def _applied(patch: PatchSummary) -> str:
+    return "applied to your tree" if patch.applied == "applied" else f"not applied: {patch.apply_error}"
 
 
 def plan_result(run: Run, pool: Pool, estimate: CostEstimate) -> PlanResult:

@@ -29,6 +29,7 @@ from conductor_mcp.core.records import RUN_STATUSES
 from conductor_mcp.doors import viewer_html as html
 from conductor_mcp.doors.auth_guard import AuthThrottle
 from conductor_mcp.doors.principals import Credentials, current_principal, reads
+from conductor_mcp.doors.viewer_list import list_page
 from conductor_mcp.doors.viewer_sessions import SESSION_TTL_S, Sessions
 from conductor_mcp.errors import ConductorError, RequestError, RunNotFound, StepNotFound, StoreError
 from conductor_mcp.tokens import TokenBook
@@ -194,20 +195,11 @@ class Viewer:
     async def runs(self, request: Request) -> Response:
         """The run list: newest first, filtered by status and pool, PAGE_SIZE rows a page (keyset paging)."""
         query = request.query_params
-        filters = {k: query[k] for k in ("status", "pool", "before") if query.get(k)}
+        filters = {k: query[k] for k in ("status", "pool", "before", "after") if query.get(k)}
         if filters.get("status") and filters["status"] not in RUN_STATUSES:
             raise RequestError(f"status: must be one of {', '.join(RUN_STATUSES)}, got {filters['status']!r}")
-        before = None
-        if "before" in filters:
-            created, sep, run_id = filters["before"].partition("~")
-            if not sep:
-                raise RequestError("before: must be CREATED_AT~RUN_ID, as the 'older' link gives it")
-            before = (created, run_id)
-        mine = reads(self.service)
-        rows = mine.list_runs(PAGE_SIZE + 1, filters.get("status"), pool=filters.get("pool"), before=before)
-        older = f"{rows[PAGE_SIZE - 1]['created_at']}~{rows[PAGE_SIZE - 1]['id']}" if len(rows) > PAGE_SIZE else None
-        pools = self.service.pools.names()
-        return secured(HTMLResponse(html.list_page(rows[:PAGE_SIZE], filters, pools, older)))
+        listed = list_page(reads(self.service), filters, PAGE_SIZE)
+        return secured(HTMLResponse(html.list_page(listed, filters, self.service.pools.names())))
 
     async def run(self, request: Request) -> Response:
         """A run's page, or (?part=body) just the part the live script swaps in."""

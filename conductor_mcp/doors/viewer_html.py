@@ -1,8 +1,9 @@
 """The viewer's HTML: the run list and the run page, rendered on the server.
 
 Everything shown comes from models, tasks or pool files and is untrusted: every value passes through `_e`
-(html.escape, quotes included) or `_u` (URL-quoting for path segments), and outputs are shown as text in <pre>,
-never as markup or links. The pages carry no inline script or style (the CSP forbids both); the small script in
+(html.escape, quotes included) or `_u` (URL-quoting for path segments); model outputs are rendered as sanitised
+markdown (doors/viewer_markdown.py: no raw HTML, no images, http(s) and mailto links only) with the raw text one
+click away. The pages carry no inline script or style (the CSP forbids both); the small script in
 static/viewer.js only swaps server-rendered fragments in.
 """
 
@@ -15,7 +16,10 @@ from urllib.parse import quote, urlencode
 
 from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
 from conductor_mcp.doors.render import worker_choice
+from conductor_mcp.doors.viewer_list import ListPage
+from conductor_mcp.doors.viewer_markdown import output_html
 from conductor_mcp.doors.viewer_svg import source_key, timeline_svg, workflow_svg
+from conductor_mcp.doors.viewer_work import work_section
 
 
 def _e(value: object) -> str:
@@ -54,8 +58,9 @@ def _short(text: str, limit: int) -> str:
 # ------------------------------------------------------------------------------------------------ the list
 
 
-def list_page(rows: list[dict[str, Any]], filters: dict[str, str], pools: list[str], older: str | None) -> str:
-    """Runs newest first, a filter form (status, pool), and a link to the next (older) page."""
+def list_page(listed: ListPage, filters: dict[str, str], pools: list[str]) -> str:
+    """Runs newest first, a filter form (status, pool), how many match, and links to the newer and older pages."""
+    rows = listed.rows
     status_options = "".join(
         f'<option value="{s}"{" selected" if filters.get("status") == s else ""}>{s}</option>' for s in RUN_STATUSES
     )
@@ -68,11 +73,14 @@ def list_page(rows: list[dict[str, Any]], filters: dict[str, str], pools: list[s
     )
     head = "<tr><th>created</th><th>status</th><th>pool</th><th>task</th><th>tokens</th><th>cost</th><th>wall</th></tr>"
     body = "".join(_list_row(row) for row in rows) or '<tr><td colspan="7">no runs</td></tr>'
-    pager = '<nav class="pager">'
-    if filters.get("before"):
-        pager += f'<a href="/ui/?{urlencode({k: v for k, v in filters.items() if k != "before"})}">newest</a> '
-    if older:
-        pager += f'<a class="older" href="/ui/?{urlencode({**filters, "before": older})}">older →</a>'
+    kept = {k: v for k, v in filters.items() if k not in ("before", "after")}
+    pager = f'<nav class="pager"><span class="count">{listed.total} run{"" if listed.total == 1 else "s"}</span> '
+    if filters.get("before") or filters.get("after"):
+        pager += f'<a class="newest" href="/ui/?{urlencode(kept)}">newest</a> '
+    if listed.newer:
+        pager += f'<a class="newer" href="/ui/?{urlencode({**kept, "after": listed.newer})}">← newer</a> '
+    if listed.older:
+        pager += f'<a class="older" href="/ui/?{urlencode({**kept, "before": listed.older})}">older →</a>'
     pager += "</nav>"
     table = f'<table class="runs"><thead>{head}</thead><tbody>{body}</tbody></table>'
     sign_out = '<form class="sign-out" method="post" action="/ui/logout"><button type="submit">sign out</button></form>'
@@ -114,7 +122,7 @@ def run_body(run: Run, children: list[dict[str, Any]]) -> str:
         if run.context
         else "",
         "</section>",
-        f'<section><h2>Answer</h2><pre class="text answer">{_e(run.answer or "(no answer yet)")}</pre></section>',
+        f"<section><h2>Answer</h2>{output_html(run.answer or '(no answer yet)', 'answer')}</section>",
     ]
     graph = workflow_svg(run)
     if graph:
@@ -229,7 +237,8 @@ def _step(run: Run, step: StepRecord) -> str:
     body = [
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>",
         f'<h4>Instruction</h4><pre class="text">{_e(step.instruction)}</pre>',
-        f'<h4>Output</h4><pre class="text output">{_e(step.output or "")}</pre>',
+        f"<h4>Output</h4>{output_html(step.output or '', 'output')}",
+        work_section(step),
         _client_tools(step),
         _attempts(step),
         f'<h4>Messages received</h4><div class="messages" data-src="{messages_url}?part=1">'

@@ -312,8 +312,7 @@ class Executor:
         if worker.needs_workspace():
             if self.workspace_steps is None:
                 raise ProviderError(f"worker {worker.id!r} needs a workspace, and this server has none", [])
-            seen = [self._record(run, f"{record.parent}.{j}" if record.parent else str(j)) for j in record.access]
-            await self.workspace_steps.run(run, record, messages, [r for r in seen if r is not None])
+            await self.workspace_steps.run(run, record, messages)
             record.status = "done"
             return
         result = await self.providers.complete(

@@ -52,8 +52,9 @@ class WorkspaceSteps:
         self._by_step: dict[str, Workspace] = {}
         self._origin: dict[str, Workspace] = {}  # workspace id -> the first workspace of its chain
 
-    async def run(self, run: Run, record: StepRecord, messages: list[dict[str, Any]], seen: list[StepRecord]) -> None:
+    async def run(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> None:
         """Carry out the step (filling its record), or ProviderError with every attempt when none succeeded."""
+        seen = builds_on(run, record)
         worker = self.pool.get(record.worker_id)
         attempts: list[Attempt] = []
         error = "no attempt made"
@@ -146,16 +147,29 @@ class WorkspaceSteps:
         record.cost_usd, record.latency_s = result.cost_usd, round(time.perf_counter() - started, 4)
 
     async def _workspace(self, record: StepRecord, seen: list[StepRecord]) -> Workspace:
-        """A fresh workspace for the step: from the latest seen step's workspace, else from the caller's tree."""
-        parents = [self._by_step[r.key] for r in sorted(seen, key=lambda r: r.order) if r.key in self._by_step]
-        if parents:
-            workspace = await self.scope.derive(parents[-1])
-            self._origin[workspace.id] = self._origin_of(parents[-1])
+        """A fresh workspace for the step: from the result of the latest seen step that worked in one (its workspace,
+        or, when that is gone with an earlier process, its stored patch over the caller's tree), else from the
+        caller's tree."""
+        latest = max((r for r in seen if r.work is not None), key=lambda r: r.order, default=None)
+        if latest is not None and latest.key in self._by_step:
+            parent = self._by_step[latest.key]
+            workspace = await self.scope.derive(parent)
+            self._origin[workspace.id] = self._origin_of(parent)
         else:
             workspace = await self.scope.create(self.source)
             self._origin[workspace.id] = workspace
+            if latest is not None and latest.work is not None and latest.work.patch:
+                await self._take_over(workspace, latest)
         self._by_step[record.key] = workspace
         return workspace
+
+    async def _take_over(self, workspace: Workspace, earlier: StepRecord) -> None:
+        assert earlier.work is not None and earlier.work.patch is not None
+        patch, parent = earlier.work.patch.encode("utf-8"), earlier.work.base.id
+        try:
+            self._origin[workspace.id] = await asyncio.to_thread(workspace.take_over, patch, parent)
+        except WorkspaceError as exc:  # the caller's tree moved on (the patch applied already, say)
+            log.warning("earlier_result_not_taken_over", step=earlier.key, error=str(exc))
 
     def _origin_of(self, workspace: Workspace) -> Workspace:
         return self._origin.get(workspace.id, workspace)
@@ -173,6 +187,18 @@ class WorkspaceSteps:
             work.patch = patch.decode("utf-8")
         except UnicodeDecodeError:
             work.patch_note = "the patch holds text that is not UTF-8, which the run store cannot keep as it is"
+
+
+def builds_on(run: Run, record: StepRecord) -> list[StepRecord]:
+    """The steps whose results a step may build on: those it sees; for a step of a corrective workflow that sees
+    none that worked in a workspace, those its conductor step saw (so a follow-up's corrective agent starts from
+    the earlier agents' work, not from the caller's tree)."""
+    by_key = {step.key: step for step in run.steps}
+    prefix = f"{record.parent}." if record.parent else ""
+    seen = [by_key[key] for j in record.access if (key := f"{prefix}{j}") in by_key]
+    if record.parent in by_key and not any(step.work is not None for step in seen):
+        seen += builds_on(run, by_key[record.parent])
+    return seen
 
 
 def _described(exc: Exception) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import random
 import re
 import time
@@ -21,10 +22,11 @@ import openai
 from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
-from conductor_mcp.core.pool import ModelSpec
+from conductor_mcp.core.host import HOST_MODEL, NO_HOST, HostModel
+from conductor_mcp.core.pool import ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
-from conductor_mcp.errors import LocalModelError, MalformedResponse, ProviderError
+from conductor_mcp.errors import HostDeclined, HostUnavailable, LocalModelError, MalformedResponse, ProviderError
 from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.models import local, openai_http, sim
 from conductor_mcp.models.completion import completion_prompt, completion_stops, end_of_answer
@@ -199,6 +201,28 @@ def _completion(
     )
 
 
+async def _ask_host(
+    host: HostModel | None, spec: ModelSpec, messages: list[dict[str, Any]], label: str | None, attempts: list[Attempt]
+) -> Completion:
+    """One sampling request to the host's model under the worker's own deadline. Never retried (its user may
+    have declined it): a failure goes straight to the worker's fallbacks. Usage is what the host reported."""
+    started, sent_at = time.perf_counter(), now("microseconds")
+    preferences = spec.preferences if isinstance(spec, WorkerSpec) else None
+    try:
+        if host is None:
+            raise HostUnavailable(NO_HOST)
+        async with asyncio.timeout(spec.timeout_s):
+            answer = await host.create_message(messages, spec.params, preferences)
+    except (HostUnavailable, HostDeclined, TimeoutError) as exc:
+        attempts.append(_failed(spec, label, exc, started, sent_at))
+        raise ProviderError(f"{spec.model}: {attempts[-1].error}", attempts) from None
+    latency = time.perf_counter() - started
+    attempts.append(Attempt(model=spec.model, worker=label, ok=True, latency_s=round(latency, 4), started_at=sent_at))
+    text, model = redact_values(sanitized(answer.text)), f"{HOST_MODEL}/{sanitized(answer.model)}"
+    usage = (answer.prompt_tokens, answer.completion_tokens, 0.0)  # tokens as the host reported them; no cost here
+    return Completion(text, answer.stop_reason, *usage, latency, model, attempts)
+
+
 class Providers:
     """Model calls as this server is configured to make them: its retry backoff, its endpoints' concurrency
     limits, its local model servers and its overrides of the simulator. The service makes one (on its event loop)
@@ -216,6 +240,7 @@ class Providers:
         self._rates: dict[
             str, tuple[float, float]
         ] = {}  # per model, for direct calls of models the pool leaves unpriced
+        self.host: HostModel | None = None  # answers `model: host` workers: see `hosted`
 
     async def aclose(self) -> None:
         """Close the direct path's connections (litellm's own are closed by `close_clients`)."""
@@ -228,6 +253,15 @@ class Providers:
         if spec.model not in self._rates:  # litellm's price lookup costs more than the call: once per model
             self._rates[spec.model] = price_per_token(spec) or (0.0, 0.0)
         return self._rates[spec.model]
+
+    def hosted(self, host: HostModel | None) -> Providers:
+        """These providers for one run whose `model: host` workers `host` answers (the MCP session that asked for
+        it); the endpoints' limits and local servers stay shared."""
+        if host is None:
+            return self
+        bound = copy.copy(self)
+        bound.host = host
+        return bound
 
     def _limit(self, spec: ModelSpec) -> asyncio.Semaphore | contextlib.nullcontext[None]:
         """The concurrency limit of the endpoint `spec` calls, as its pool entry declares it (simulated models are
@@ -266,6 +300,8 @@ class Providers:
         candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
         for position, (name, candidate) in enumerate(candidates):
             try:
+                if candidate.model == HOST_MODEL:
+                    return await _ask_host(self.host, candidate, messages, name, attempts)
                 return await self._call_with_retries(
                     candidate, messages, name, attempts, sim_call, response_format=response_format, tools=tools or None
                 )

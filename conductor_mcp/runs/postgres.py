@@ -264,7 +264,9 @@ class PostgresStore(Store):
         return self.read(lambda conn: conn.execute(query, safe).fetchall())
 
     def _write(self, query: LiteralString, params: tuple[Any, ...], run_id: str) -> None:
-        self._writing(lambda conn: _execute(conn, query, params), run_id)
+        """A cancellation request or its clearing: no record of the run, so neither held back nor dropped (a run
+        given up here is cancelled through its new owner)."""
+        self._attempts(lambda conn: _execute(conn, query, params), run_id, lambda _: True)
 
     def size_bytes(self) -> int:
         """The tables' size on disk, indexes and TOAST included."""

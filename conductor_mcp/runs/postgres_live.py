@@ -40,7 +40,8 @@ log = get_logger(__name__)
 
 CHANNEL = "conductor_progress"
 MAX_MESSAGE_CHARS = 2000  # NOTIFY payloads stop at 8000 bytes; an event's message is a line
-RETAKE_BACKOFF_S = (0.1, 2.0)  # the first and the longest wait between attempts to take a lost lease again
+RETAKE_BACKOFF_S = (0.1, 1.0)  # the first and the longest wait between attempts to take a lost lease again
+RETAKE_GRACE_S = 5.0  # how long a waiter gives an owner to take its lease again before believing it interrupted
 OWNER_CHECK_S = 2.0  # how often a remote waiter checks that the run's owner still holds its lease
 _HELD = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
@@ -186,6 +187,16 @@ def _decode(payload: str) -> ProgressEvent:
     return ProgressEvent(kind, run_id, message, None, finished, total)
 
 
+async def _settled(load: Callable[[], Run]) -> Run:
+    """The run; if it reads as interrupted, read once more after RETAKE_GRACE_S: after a database restart every
+    owner has lost its lease for a moment, and one that takes it again (runs/fence.py) goes on with its run."""
+    run = load()
+    if run.status != "interrupted":
+        return run
+    await asyncio.sleep(RETAKE_GRACE_S)
+    return load()
+
+
 class ProgressBus:
     """Progress events across replicas: NOTIFY out for runs executing here, LISTEN in for runs elsewhere."""
 
@@ -250,13 +261,13 @@ class ProgressBus:
         checked every OWNER_CHECK_S, since a dead replica sends nothing more."""
         loop = asyncio.get_running_loop()
         async with self.subscribe(run_id) as queue:
-            run = load()
+            run = await _settled(load)
             quiet_since = loop.time()
             while run.status == "running":
                 try:
                     event = await asyncio.wait_for(queue.get(), OWNER_CHECK_S)
                 except TimeoutError:
-                    run = load()
+                    run = await _settled(load)
                     if heartbeat_s is not None and run.status == "running" and loop.time() - quiet_since >= heartbeat_s:
                         yield heartbeat_event(run)
                         quiet_since = loop.time()

@@ -244,10 +244,12 @@ class Store(ABC):
         parent_id: str | None = None,
         principal: str | None = None,
         before: tuple[str, str] | None = None,
+        after: tuple[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         """Runs newest first, as small summaries (RUN_SUMMARY_KEYS, no steps), filtered by status, pool, parent
         run and principal (an empty filter: none). Paged by keyset, not offset: `before` is the (created_at, id)
-        of the last row of the previous page. See `list_query`."""
+        of the last row of the previous page; `after`, of the first row of the next page (the `limit` runs just
+        newer than it). See `list_query`."""
         query, params = list_query(
             self.TOTALS_JSON,
             self.MARK,
@@ -257,8 +259,16 @@ class Store(ABC):
             parent_id=parent_id,
             principal=principal,
             before=before,
+            after=after,
         )
-        return run_summaries(self._rows(query, params))
+        rows = run_summaries(self._rows(query, params))
+        return rows[::-1] if after is not None else rows
+
+    def count_runs(self, status: str | None = None, *, pool: str | None = None, principal: str | None = None) -> int:
+        """How many runs the list's filters match (the viewer's total)."""
+        where, params = _filters(self.MARK, status=status, pool=pool, parent_id=None, principal=principal)
+        query = "SELECT COUNT(*) FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return int(self._rows(query, tuple(params))[0][0])
 
     @abstractmethod
     def stats(self) -> StoreStats: ...
@@ -282,23 +292,32 @@ def list_query(
     parent_id: str | None,
     principal: str | None,
     before: tuple[str, str] | None,
+    after: tuple[str, str] | None = None,
 ) -> tuple[LiteralString, tuple[Any, ...]]:
     """The run-list query both backends run (see `Store.list_runs`): `totals` is the backend's expression for
     the totals JSON text, `mark` its parameter placeholder."""
-    filters: list[tuple[LiteralString, str | None]] = [
-        ("status", status),
-        ("pool", pool),
-        ("parent_id", parent_id),
-        ("principal", principal),
-    ]
-    where: list[LiteralString] = [f"{column} = {mark}" for column, value in filters if value]
-    params: list[Any] = [value for _, value in filters if value]
-    if before is not None:
-        where.append(f"(created_at, id) < ({mark}, {mark})")
-        params.extend(before)
+    where, params = _filters(mark, status=status, pool=pool, parent_id=parent_id, principal=principal)
+    cursors: tuple[tuple[tuple[str, str] | None, LiteralString], ...] = ((before, "<"), (after, ">"))
+    for cursor, compare in cursors:
+        if cursor is not None:
+            where.append(f"(created_at, id) {compare} ({mark}, {mark})")
+            params.extend(cursor)
     columns = ", ".join([*RUN_SUMMARY_KEYS[:-1], f"{totals} AS totals"])
     query = f"SELECT {columns} FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
-    return query + f" ORDER BY created_at DESC, id DESC LIMIT {mark}", (*params, limit)
+    order: LiteralString = "ASC" if after is not None else "DESC"  # `after`: the rows nearest above the cursor
+    return query + f" ORDER BY created_at {order}, id {order} LIMIT {mark}", (*params, limit)
+
+
+def _filters(mark: LiteralString, **values: str | None) -> tuple[list[LiteralString], list[Any]]:
+    """The run list's equality filters (an empty one: none), as WHERE terms and their parameters."""
+    columns: dict[str, LiteralString] = {
+        "status": "status",
+        "pool": "pool",
+        "parent_id": "parent_id",
+        "principal": "principal",
+    }
+    where: list[LiteralString] = [f"{columns[name]} = {mark}" for name, value in values.items() if value]
+    return where, [value for value in values.values() if value]
 
 
 def run_summaries(rows: list[Any]) -> list[dict[str, Any]]:

@@ -71,8 +71,9 @@ def agent_worker(cli: str, sandbox: str = "workspace-write", timeout_s: float = 
     )
 
 
-def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
-    """Codex against the scripted Responses server on `port`, configured only by `-c` overrides (see FACTS.md)."""
+def codex_agent(port: int) -> dict[str, Any]:
+    """A pool's `agent:` entry for Codex against the scripted Responses server on `port`, configured only by `-c`
+    overrides (see FACTS.md)."""
     provider = (
         f'model_providers.scripted={{name="scripted", base_url="http://127.0.0.1:{port}/v1", wire_api="responses", '
         f'env_key="{AGENT_KEY}", request_max_retries=0, stream_max_retries=0}}'
@@ -86,19 +87,27 @@ def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float =
         "features.plugins=false",
     ]
     args = [part for value in overrides for part in ("-c", value)]
-    return agent_worker("codex", sandbox, timeout_s, binary=CODEX, model="scripted", args=args, env_pass=[AGENT_KEY])
+    return {"cli": "codex", "binary": CODEX, "model": "scripted", "args": args, "env_pass": [AGENT_KEY]}
+
+
+def codex_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
+    """Codex against the scripted Responses server on `port`."""
+    return agent_worker(sandbox=sandbox, timeout_s=timeout_s, **codex_agent(port))
+
+
+def claude_agent(port: int) -> dict[str, Any]:
+    """A pool's `agent:` entry for Claude Code against the scripted Messages server on `port`."""
+    return {
+        "cli": "claude",
+        "binary": CLAUDE,
+        "env_pass": ["ANTHROPIC_API_KEY"],
+        "env": {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"},
+    }
 
 
 def claude_worker(port: int, sandbox: str = "workspace-write", timeout_s: float = 120) -> WorkerSpec:
     """Claude Code against the scripted Messages server on `port`."""
-    return agent_worker(
-        "claude",
-        sandbox,
-        timeout_s,
-        binary=CLAUDE,
-        env_pass=["ANTHROPIC_API_KEY"],
-        env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"},
-    )
+    return agent_worker(sandbox=sandbox, timeout_s=timeout_s, **claude_agent(port))
 
 
 def processes_with_env(entry: str) -> list[int]:

@@ -5,20 +5,27 @@ kept in the store, later steps shown the diff, a second agent building on the fi
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.prompts import CHANGE_HEADING
 from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.errors import RequestError
 from conductor_mcp.models import sim_agent
 from conductor_mcp.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
+from tests.agents.scripted import Script, ScriptedServer
 from tests.conftest import ask, sim_pool_doc, write_pool
+from tests.doors.test_viewer import BEARER, serving
 
 pytestmark = [pytest.mark.slow, needs_bwrap]  # starts processes (git, bubblewrap, the agent)
 
@@ -147,6 +154,15 @@ async def test_a_worker_that_cannot_run_here_is_not_offered(settings: Settings, 
     assert run.status == "done" and all(s.worker_id != "ghost" for s in run.steps)
 
 
+async def test_a_pool_whose_only_worker_cannot_run_is_a_named_error(settings: Settings, pool_dir: Path) -> None:
+    doc = sim_pool_doc(name="agents", anonymize=False)
+    doc["workers"] = [{"id": "ghost", "description": "missing", "agent": {"cli": "codex", "binary": "/no/codex"}}]
+    write_pool(pool_dir, doc)
+    async with Service.open(settings) as service:
+        with pytest.raises(RequestError, match=r"no worker of pool 'agents' can run here.*'/no/codex' does not exist"):
+            service.start(ask("What is 2 + 2?", pool="agents"))
+
+
 async def test_the_agent_record_and_diff_round_trip_in_postgresql(
     settings: Settings, pool_dir: Path, postgres_url: str
 ) -> None:
@@ -188,3 +204,142 @@ async def test_cancelling_the_run_kills_the_agent_and_all_it_started(settings: S
         assert run.status == "cancelled" and run.steps[0].status == "cancelled"
         assert agent_processes(settings.workspace_root) == []
     assert list(settings.workspace_root.rglob("home")) == []
+
+
+def scripted_conductor(pool_dir: Path, steps: list[tuple[str, str, Any]]) -> None:
+    """The agents pool with a conductor that always writes this workflow (litellm's mock_response)."""
+    path = pool_dir / "agents.yaml"
+    doc = yaml.safe_load(path.read_text())
+    workflow = {"reasoning": "scripted", "steps": [{"worker": w, "instruction": i, "access": a} for w, i, a in steps]}
+    mocked = {"mock_response": json.dumps(workflow)}
+    doc["conductor"] = {"model": "openai/scripted", "params": mocked, "structured_output": "none"}
+    path.write_text(yaml.safe_dump(doc))
+
+
+async def test_the_viewer_shows_the_diff_escaped(settings: Settings, pool_dir: Path) -> None:
+    agent_pool(pool_dir)
+    xss = "sim-agent write page.html: <script>window.__xss=1</script>"
+    run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction=xss, access=[])])
+    async with Service.open(settings) as service, serving(service) as client:
+        page = (await client.get(f"/ui/runs/{run.id}", headers=BEARER)).text
+    assert (
+        "Diff (1 files, +1 -0 lines)" in page
+        and '<span class="add">+&lt;script&gt;window.__xss=1&lt;/script&gt;' in page
+    )
+    assert "<script>window" not in page and "command line" in page
+
+
+async def test_the_openai_door_takes_the_workspace_from_metadata_and_returns_the_patch(
+    settings: Settings, pool_dir: Path, repo: Path, tmp_path: Path
+) -> None:
+    agent_pool(pool_dir)
+    scripted_conductor(pool_dir, [("writer", "sim-agent write feature.py: print(1)", [])])
+    async with Service.open(settings) as service, serving(service) as client:
+        body = {"model": "conductor/agents", "input": "Add a feature.", "metadata": {"workspace": str(repo)}}
+        done = (await client.post("/v1/responses", json=body, headers=BEARER)).json()
+        elsewhere = {**body, "metadata": {"workspace": str(tmp_path)}}
+        outside = await client.post("/v1/responses", json=elsewhere, headers=BEARER)
+        chat = {"model": "conductor/agents", "messages": [{"role": "user", "content": "Add a feature."}]}
+        chatted = (await client.post("/v1/chat/completions", json=chat, headers=BEARER)).json()
+        stored = service.get_run(done["metadata"]["conductor_run_id"])
+    patch = json.loads(done["metadata"]["conductor_patch"])
+    assert done["status"] == "completed" and patch["files"] == ["feature.py"] and patch["lines_added"] == 1
+    assert stored.workspace == str(repo)
+    assert json.loads(chatted["conductor_patch"])["files_changed"] == 1  # the first root, by default
+    assert outside.status_code == 400 and "workspace:" in outside.json()["error"]["message"]
+
+
+async def test_a_tool_using_reviewer_reads_the_agents_result_in_a_workspace_built_on_it(
+    settings: Settings, pool_dir: Path, repo: Path
+) -> None:
+    script = Script(
+        [("read", {"path": "feature.py"}), ("run", {"command": "python3 feature.py && echo hi > mine.txt"})],
+        final="Looks right.",
+    )
+    with ScriptedServer(script) as server:
+        reviewer = {
+            "id": "reviewer",
+            "description": "reviews with tools",
+            "model": "hosted_vllm/reviewer",
+            "api_base": f"{server.base_url}/v1",
+            "max_retries": 0,
+            "tools": ["read", "run"],
+            "sandbox": "read-only",
+            "max_tool_turns": 4,
+        }
+        agent_pool(pool_dir)
+        doc = yaml.safe_load((pool_dir / "agents.yaml").read_text())
+        doc["workers"].append(reviewer)
+        (pool_dir / "agents.yaml").write_text(yaml.safe_dump(doc))
+        run, messages, _ = await run_workflow(
+            settings,
+            [
+                Step(worker="writer", instruction="sim-agent write feature.py: print(6 * 7)", access=[]),
+                Step(worker="reviewer", instruction="Review the change; run it.", access=[0]),
+            ],
+        )
+    assert run.status == "done", run.error
+    writer, review = run.steps
+    assert review.work is not None and writer.work is not None
+    assert review.work.base.parent == writer.work.base.id  # it started from the agent's result
+    read, ran = review.work.tool_uses
+    assert read.name == "read" and "print(6 * 7)" in read.output
+    assert ran.output.startswith("exit status") and "42" in ran.output and "Read-only file system" in ran.output
+    assert review.output and review.output.startswith("Looks right.") and review.work.diff.files == []
+    assert "+print(6 * 7)" in messages["1"][0]["content"]  # it was shown the diff too
+
+
+def test_the_cli_runs_agents_on_the_workspace_it_names_and_prints_the_patch(
+    pool_dir: Path, agent_root: Path, repo: Path, tmp_path: Path
+) -> None:
+    agent_pool(pool_dir)
+    scripted_conductor(pool_dir, [("writer", "sim-agent write feature.py: print(1)", [])])
+    roots = {"CONDUCTOR_WORKSPACE_DIR": str(agent_root), "CONDUCTOR_ROOTS": str(tmp_path)}
+    env = {**os.environ, "CONDUCTOR_POOL_PATH": str(pool_dir), **roots}
+    argv = [sys.executable, "-m", "conductor_mcp", "run", "--pool", "agents", "--quiet", "--workspace", str(repo)]
+    done = subprocess.run([*argv, "Add a feature."], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"**Patch:** 1 files changed, +1 -0 lines, by step 0 against {repo}" in done.stdout
+    outside = subprocess.run([*argv[:-1], "/", "Add a feature."], env=env, capture_output=True, text=True, timeout=120)
+    assert outside.returncode != 0 and "workspace: '/' is outside the allowed roots" in outside.stderr
+
+
+async def test_resumed_in_another_service_a_later_agent_starts_from_the_stored_patch(
+    settings: Settings, pool_dir: Path, repo: Path
+) -> None:
+    agent_pool(pool_dir)
+    steps = [
+        Step(worker="writer", instruction="sim-agent write feature.py: print(1)", access=[]),
+        Step(worker="second", instruction="sim-agent fail 3", access=[0]),
+    ]
+    failed, _, _ = await run_workflow(settings, steps)
+    assert failed.status == "failed" and failed.steps[0].status == "done"
+    doc = yaml.safe_load((pool_dir / "agents.yaml").read_text())  # the second agent is mended, the server restarted
+    fixed = "import sys, pathlib; sys.stdin.read(); pathlib.Path('more.py').write_text('print(2)\\n'); print('wrote')"
+    doc["workers"][1]["agent"]["command"] = [sys.executable, "-c", fixed]
+    (pool_dir / "agents.yaml").write_text(yaml.safe_dump(doc))
+    async with Service.open(settings) as service:
+        resumed = await service.wait(service.continue_run(failed.id).id, None)
+    assert resumed.status == "done", resumed.error
+    first, second = (step.work for step in resumed.steps)
+    assert first is not None and second is not None and second.diff is not None
+    assert second.base.parent == first.base.id and second.root.tree == first.base.tree
+    assert [f.path for f in second.diff.files] == ["more.py"]  # its own work, over the first one's result
+    assert sorted(f.path for f in second.patch_files) == ["feature.py", "more.py"]
+
+
+async def test_a_follow_ups_corrective_agent_starts_from_the_earlier_agents_result(
+    settings: Settings, pool_dir: Path
+) -> None:
+    agent_pool(pool_dir)
+    scripted_conductor(pool_dir, [("second", "sim-agent write more.py: print(2)", [])])
+    steps = [Step(worker="writer", instruction="sim-agent write feature.py: print(1)", access=[])]
+    async with Service.open(settings) as service:
+        first = await service.wait(service.start(ask("Add a feature.", pool="agents"), Workflow(steps=steps)).id, None)
+        follow = await service.wait(service.continue_run(first.id, "Also add more.py.").id, None)
+    assert follow.status == "done", follow.error
+    inherited, conductor, corrective = follow.steps
+    assert inherited.work is not None and corrective.work is not None and corrective.parent == conductor.key
+    assert corrective.work.base.parent == inherited.work.base.id  # built on the earlier agent's result
+    assert [f.path for f in corrective.work.diff.files] == ["more.py"] if corrective.work.diff else False
+    assert sorted(f.path for f in corrective.work.patch_files) == ["feature.py", "more.py"]

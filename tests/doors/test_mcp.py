@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp.client import Client
+from mcp.shared.exceptions import MCPError
 
 from conductor_mcp.doors.mcp import build_server
 from conductor_mcp.service import Service
@@ -136,9 +137,13 @@ async def test_resources(mcp_server, service: Service) -> None:
         step = (await client.read_resource(f"conductor://runs/{run_id}/steps/0")).contents[0].text
         pool = (await client.read_resource("conductor://pools/testpool")).contents[0].text
         prompt = await client.get_prompt("review_run", {"run_id": run_id})
+        with pytest.raises(MCPError, match="no run with id 'nope'"):  # the reason, not "Internal server error"
+            await client.get_prompt("review_run", {"run_id": "nope"})
     assert templates == {
         "conductor://runs/{run_id}",
         "conductor://runs/{run_id}/steps/{index}",
+        "conductor://runs/{run_id}/steps/{index}/diff",
+        "conductor://runs/{run_id}/steps/{index}/patch",
         "conductor://pools/{name}",
     }
     assert run_id in full and '"conductor_calls"' in full

@@ -127,3 +127,13 @@ async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: P
     assert shown["params"] == {"temperature": 0.3, "extra_headers": {"Authorization": "***"}, "stop": ["***"]}
     assert shown["api_key_env"] == "MY_CONDUCTOR_KEY"
     assert json.loads(text)["workers"][0]["api_key_file"] == "/keys/worker.txt"
+
+
+def test_a_secret_set_in_the_environment_later_is_masked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conductor_mcp.logs import REDACTED, redact_values
+
+    assert redact_values("late-secret-value-123") == "late-secret-value-123"  # not a secret yet
+    monkeypatch.setenv("LATE_API_KEY", "late-secret-value-123")
+    assert redact_values("the key late-secret-value-123") == f"the key {REDACTED}"
+    monkeypatch.setenv("LATE_API_KEY", "another-secret-value-456")  # the same name, a new value
+    assert redact_values("another-secret-value-456") == REDACTED

@@ -29,7 +29,6 @@ from tests.conftest import (
     orchestrate,
     scripted_pool,
     server_env,
-    sim_pool_doc,
     slow_pool_doc,
     write_pool,
 )
@@ -37,13 +36,6 @@ from tests.conftest import (
 TOKEN = "viewer-t0ken-for-the-tests"
 BEARER = {"authorization": f"Bearer {TOKEN}"}
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2"><a href="javascript:window.__xss=3">go</a>'
-
-
-@pytest.fixture
-async def viewer_service(tmp_path: Path, pool_dir: Path) -> AsyncIterator[Service]:
-    write_pool(pool_dir, sim_pool_doc())
-    async with Service.open(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)) as service:
-        yield service
 
 
 @contextlib.asynccontextmanager

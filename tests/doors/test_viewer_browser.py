@@ -239,3 +239,35 @@ def test_model_output_that_tries_to_run_script_runs_nothing(browser: Any, tmp_pa
                 browser.switch_to.alert.text  # noqa: B018
     finally:
         server.stop()
+
+
+def test_markdown_output_renders_and_its_payloads_run_nothing(browser: Any, tmp_path: Path, pool_dir: Path) -> None:
+    """Model output as markdown (a table, a code block), with markdown's own ways to smuggle script (javascript:
+    links and autolinks, reference links, images, a fence's info string, HTML in a table cell): rendered, inert."""
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    from tests.doors.test_viewer_markdown import EVIL, MARKDOWN
+
+    writer = {"id": "md", "model": "openai/md", "params": {"mock_response": MARKDOWN + EVIL}, "description": "md"}
+    scripted_pool(pool_dir, "md", [("md", "write", [])], anonymize=False, workers=[writer], simulation=None)
+    server = HttpServer(tmp_path / "state", pool_dir)
+    try:
+        run_id = chat(server, "md", "task").headers["x-conductor-run-id"]
+        viewer_login(browser, base_of(server), token_of(server))
+        browser.get(f"{base_of(server)}/ui/runs/{run_id}")
+        step = browser.find_element(By.ID, "step-0")
+        step.find_element(By.TAG_NAME, "summary").click()
+        assert browser.find_elements(By.CSS_SELECTOR, "#step-0 .markdown.output table td code")
+        raw = step.find_element(By.CSS_SELECTOR, ".raw-text")
+        raw.find_element(By.TAG_NAME, "summary").click()  # the raw text, one click away
+        assert "| case | expected |" in raw.find_element(By.CSS_SELECTOR, "pre.raw").text
+        for link in browser.find_elements(By.CSS_SELECTOR, "main .markdown a"):
+            assert link.get_attribute("href").startswith("https://"), link.get_attribute("href")
+        time.sleep(0.3)
+        assert browser.execute_script("return window.__xss;") is None
+        assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script, main svg[onload], main iframe")
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018
+    finally:
+        server.stop()

@@ -76,9 +76,10 @@ def test_openai_metadata_carries_the_choice(server: HttpServer) -> None:
     assert run["worker_ids"] == ["gamma"] and {s["worker_id"] for s in run["steps"]} == {"gamma"}
 
     chat = client.chat.completions.create(
-        model="conductor", messages=[{"role": "user", "content": TASK}],
+        model="conductor",
+        messages=[{"role": "user", "content": TASK}],
         metadata={"workers": json.dumps({"only": ["beta"]})},
-    )  # fmt: skip
+    )
     assert chat.choices[0].message.content
 
     with pytest.raises(openai.BadRequestError) as unknown:

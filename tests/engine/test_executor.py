@@ -409,7 +409,7 @@ async def test_runs_survive_the_process_and_render(service: Service) -> None:
 
 
 def test_run_ids_are_random() -> None:
-    from conductor_mcp.service import new_run_id
+    from conductor_mcp.core.records import new_run_id
 
     ids = {new_run_id() for _ in range(1000)}
     assert len(ids) == 1000 and all(len(i) == 16 for i in ids)

@@ -15,8 +15,14 @@ from tests.conftest import orchestrate, plan, scripted_pool, sim_pool_doc, write
 
 
 def down(worker_id: str, fallbacks: list[str]) -> dict:
-    return {"id": worker_id, "model": f"openai/{worker_id}", "description": "down", "max_retries": 0,
-            "params": {"mock_response": "litellm.RateLimitError"}, "fallbacks": fallbacks}  # fmt: skip
+    return {
+        "id": worker_id,
+        "model": f"openai/{worker_id}",
+        "description": "down",
+        "max_retries": 0,
+        "params": {"mock_response": "litellm.RateLimitError"},
+        "fallbacks": fallbacks,
+    }
 
 
 async def test_the_conductor_plans_over_the_allowed_workers_only(service: Service, pool_dir: Path) -> None:

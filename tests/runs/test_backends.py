@@ -115,6 +115,12 @@ def test_list_runs_filters_by_pool_and_parent_and_pages_by_keyset(open_store: Ca
     assert [r["id"] for r in store.list_runs(parent_id="r0")] == ["r5", "r3"]
     assert [r["id"] for r in store.list_runs(2, pool="b", before=("2026-01-05T00:00Z", "r5"))] == ["r4", "r2"]
     assert store.list_runs(1)[0]["totals"]["total_tokens"] == 60
+    pages, after = [], ("2025-12-31T00:00Z", "r")  # and back, newest last page first: the viewer's "newer" link
+    while page := store.list_runs(3, after=after):
+        pages.append([r["id"] for r in page])
+        after = (page[0]["created_at"], page[0]["id"])
+    assert pages == [["r2", "r1", "r0"], ["r5", "r4", "r3"], ["r6"]]
+    assert (store.count_runs(), store.count_runs(pool="a"), store.count_runs("done", pool="nowhere")) == (7, 3, 0)
 
 
 def test_each_run_keeps_its_principal_and_lists_filter_by_it(open_store: Callable[[], Store]) -> None:
@@ -127,6 +133,7 @@ def test_each_run_keeps_its_principal_and_lists_filter_by_it(open_store: Callabl
     assert [r["id"] for r in store.list_runs(principal="bob", before=("2026-01-03T00:00:00.000Z", "r2"))] == ["r1"]
     assert [r["principal"] for r in store.list_runs()] == ["local", "alice", "bob", "alice"]
     assert store.list_runs(principal="nobody") == []
+    assert (store.count_runs(principal="alice"), store.count_runs(principal="nobody")) == (2, 0)
 
 
 def test_update_is_atomic_across_connections(open_store: Callable[[], Store]) -> None:

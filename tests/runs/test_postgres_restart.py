@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
 import psycopg
 
+from conductor_mcp.runs.postgres import PostgresStore
 from tests.conftest import HttpServer, PostgresCluster, scripted_pool, worker_calls
 
 pytestmark = pytest.mark.slow
@@ -145,31 +146,70 @@ async def test_pooled_connections_ended_by_the_server_do_not_interrupt_the_run_w
         _stop(servers)
 
 
+def _role(postgres_url: str) -> str:
+    return "a_" + postgres_url.rsplit("/", 1)[1]  # one per test's database
+
+
+def _own_role(postgres_server: str, postgres_url: str) -> str:
+    """A URL for replica A under a role of its own, so that the test can refuse A's logins for a while."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {_role(postgres_url)} LOGIN SUPERUSER")  # type: ignore[arg-type]
+    return postgres_server.replace("postgres@", f"{_role(postgres_url)}@") + "/" + postgres_url.rsplit("/", 1)[1]
+
+
+def _cut_off(postgres_url: str, a: HttpServer) -> None:
+    """A's lease session ends and A cannot log in again (until `_let_in`); its pooled sessions stay."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE {_role(postgres_url)} NOLOGIN")  # type: ignore[arg-type]
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"conductor-mcp lease {a.proc.pid}",),
+        )
+
+
+def _let_in(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE {_role(postgres_url)} LOGIN")  # type: ignore[arg-type]
+
+
+async def test_a_client_waiting_on_another_replica_gets_the_answer_while_the_owner_takes_its_lease_again(
+    tmp_path: Path, postgres_server: str, postgres_url: str
+) -> None:
+    """B's client waits for A's run; A's lease is gone for 2.5 s (longer than B takes to look at the run's owner):
+    B does not answer `interrupted` for that moment, but waits for A to take its lease again, and answers done."""
+    call_log = tmp_path / "calls.jsonl"
+    a, b = servers = _replicas(tmp_path, [_own_role(postgres_server, postgres_url), postgres_url], call_log, 0.6)
+    try:
+        started = await _call(a, "orchestrate", task="t", pool="chain", wait_seconds=0)
+        on_b = asyncio.create_task(_call(b, "continue_workflow", run_id=started["run_id"], wait_seconds=100))
+        await _until_steps_done(postgres_url, 1)
+        _cut_off(postgres_url, a)
+        await asyncio.sleep(2.5)
+        _let_in(postgres_url)
+        seen = await on_b
+        assert seen["status"] == "done", seen
+        assert a.proc.poll() is None and "lease_retaken" in a.stderr()
+        _each_step_called_once(call_log, seen)
+    finally:
+        _stop(servers)
+        _let_in(postgres_url)
+
+
 async def test_a_run_another_replica_took_while_the_lease_was_lost_is_given_up_there(
     tmp_path: Path, postgres_server: str, postgres_url: str
 ) -> None:
     """A loses its lease and cannot log in again for a while (its role is refused); meanwhile B resumes A's run.
     When A is back it gives that run up (B's execution stands: A writes nothing more of it), and stays up."""
-    database = postgres_url.rsplit("/", 1)[1]
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("DROP ROLE IF EXISTS replica_a")
-        conn.execute("CREATE ROLE replica_a LOGIN SUPERUSER")
-    url_a = postgres_server.replace("postgres@", "replica_a@") + f"/{database}"
     call_log = tmp_path / "calls.jsonl"
+    url_a = _own_role(postgres_server, postgres_url)
     a, b = servers = _replicas(tmp_path, [url_a, postgres_url], call_log, first_token_s=0.6)
     try:
         started = await _call(a, "orchestrate", task="t", pool="chain", wait_seconds=0)
         await _until_steps_done(postgres_url, 1)
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("ALTER ROLE replica_a NOLOGIN")
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-                (f"conductor-mcp lease {a.proc.pid}",),
-            )
+        _cut_off(postgres_url, a)
         resumed = await _call(b, "continue_workflow", run_id=started["run_id"], wait_seconds=0)
         assert resumed["status"] == "running"
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("ALTER ROLE replica_a LOGIN")
+        _let_in(postgres_url)
         seen = await _call(b, "continue_workflow", run_id=started["run_id"], wait_seconds=100)
         assert seen["status"] == "done", seen
         for _ in range(200):
@@ -184,5 +224,18 @@ async def test_a_run_another_replica_took_while_the_lease_was_lost_is_given_up_t
         assert again["status"] == "done", again
     finally:
         _stop(servers)
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("ALTER ROLE replica_a LOGIN")
+        _let_in(postgres_url)
+
+
+def test_a_run_given_up_here_can_still_be_cancelled_from_here(postgres_url: str) -> None:
+    """Only the run's own records are dropped once it is given up: a cancellation asked for here reaches the
+    replica that took it over (runs/cancels.py)."""
+    store = PostgresStore(postgres_url)
+    try:
+        store.give_up("r1")
+        store.request_cancel("r1")
+        assert store.cancel_requests() == ["r1"]
+        store.clear_cancel("r1")
+        assert store.cancel_requests() == []
+    finally:
+        store.close()

@@ -8,12 +8,14 @@ import pytest
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run
+from conductor_mcp.doors.viewer import ViewerAuth
 from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.leases import FileLease
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service import Service
 from conductor_mcp.telemetry.metrics import Metrics
 from tests.conftest import ask, scripted_pool, sim_pool_doc, worker, write_pool
+from tests.doors.test_auth import TOKEN, serving
 
 
 def sample(service: Service, name: str, **labels: str) -> float | None:
@@ -103,3 +105,25 @@ def test_store_errors_are_counted(tmp_path: Path) -> None:
     assert metrics.registry.get_sample_value("conductor_replicas_live", {"backend": "sqlite"}) == 1
     lease.close()
     assert metrics.registry.get_sample_value("conductor_replicas_live", {"backend": "sqlite"}) == 0
+
+
+async def test_metrics_over_http_are_for_admins_only(tmp_path: Path) -> None:
+    from conductor_mcp.tokens import TokenBook
+
+    book = TokenBook(tmp_path / "tokens.json")
+    user, admin = book.add("alice"), book.add("ops", admin=True)
+    async with serving(tmp_path, ViewerAuth(TOKEN, tokens=book)) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        refused = await client.get("/metrics", headers={"authorization": f"Bearer {user}"})
+        assert refused.status_code == 403 and "admin" in refused.json()["error"]
+        for token in (admin, TOKEN):
+            scraped = await client.get("/metrics", headers={"authorization": f"Bearer {token}"})
+            assert scraped.status_code == 200 and "conductor_store_errors_total" in scraped.text
+            assert scraped.headers["content-type"].startswith("text/plain; version=")
+
+
+def test_a_metrics_port_that_is_no_port_is_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    from conductor_mcp.cli import main
+
+    assert main(["serve", "--metrics-port", "70000"]) == 2
+    assert "--metrics-port: 70000 is not a port number" in capsys.readouterr().err

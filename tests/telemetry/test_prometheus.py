@@ -50,10 +50,15 @@ def start_prometheus(tmp_path: Path, targets: dict[str, tuple[int, bool]]) -> tu
     port = free_port()
     log = (tmp_path / "prometheus.log").open("wb")
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=log,
-    )  # fmt: skip
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     return proc, f"http://127.0.0.1:{port}/api/v1/query"
 
 
