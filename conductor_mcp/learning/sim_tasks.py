@@ -55,16 +55,7 @@ def structured_task_set(n: int, seed: int = 0, domains: Sequence[str] = SIM_DOMA
         pitfall = rng.choice(PITFALLS)
         task: dict[str, Any] = {"id": f"tb-{seed}-{i}", "domain": domain, "difficulty": difficulty, "pitfall": pitfall}
         head = f"{difficulty.capitalize()} {domain} task #{i}. Pitfall: {pitfall}."
-        if domain == "math":
-            task |= {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": f"{head} Compute the value."}
-        else:
-            task |= {
-                "type": "multiple_choice",
-                "answer": rng.choice("ABCD"),
-                "choices": list("ABCD"),
-                "question": f"{head} Choose A, B, C or D.",
-            }
-        tasks.append(task)
+        tasks.append(_with_question(task, head, rng))
     return tasks
 
 
@@ -117,16 +108,7 @@ def composed_task_set(
         task_id = f"{split}-{seed}-{i}"
         task: dict[str, Any] = {"id": task_id, "domain": domain, "difficulty": difficulty, "pitfall": pitfall}
         head = f"{difficulty.capitalize()} {domain} task {task_id}. Pitfall: {pitfall}."
-        if domain == "math":
-            task |= {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": f"{head} Compute the value."}
-        else:
-            task |= {
-                "type": "multiple_choice",
-                "answer": rng.choice("ABCD"),
-                "choices": list("ABCD"),
-                "question": f"{head} Choose A, B, C or D.",
-            }
-        tasks.append(task)
+        tasks.append(_with_question(task, head, rng))
     return tasks
 
 
@@ -139,3 +121,15 @@ def held_out_set(name: str, n: int, seed: int, domains: Sequence[str] | None = N
 
 SIM_SETS = {"plain": task_set, "structured": structured_task_set, "composed": composed_task_set}
 SET_DOMAINS = {"plain": SIM_DOMAINS, "structured": SIM_DOMAINS, "composed": COMPOSED_DOMAINS}
+
+
+def _with_question(task: dict[str, Any], head: str, rng: random.Random) -> dict[str, Any]:
+    """The testbed task with its question for its domain (a number to compute, else A-D), answer drawn from `rng`."""
+    if task["domain"] == "math":
+        return task | {"type": "numeric", "answer": str(rng.randint(2, 999)), "question": f"{head} Compute the value."}
+    return task | {
+        "type": "multiple_choice",
+        "answer": rng.choice("ABCD"),
+        "choices": list("ABCD"),
+        "question": f"{head} Choose A, B, C or D.",
+    }

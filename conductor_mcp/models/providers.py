@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import gc
 import random
 import re
 import time
@@ -388,6 +389,11 @@ class Providers:
 async def close_clients() -> None:
     """Close litellm's cached HTTP sessions on the event loop that opened them. Left to litellm's exit hook they
     are collected after the loop has closed, and asyncio prints "Unclosed client session" on stderr."""
+    from litellm.llms.custom_httpx.aiohttp_transport import LiteLLMAiohttpTransport
     from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
 
     await close_litellm_async_clients()
+    # litellm's cache cleanup reaches only the clients in its cache; its text-completion path (base-model workers,
+    # now that chat calls take the direct path) holds its transport's session outside it, so those are found here.
+    for transport in [o for o in gc.get_objects() if isinstance(o, LiteLLMAiohttpTransport)]:
+        await transport.aclose()
