@@ -57,10 +57,12 @@ class Workspaces:
     async def __aenter__(self) -> Workspaces:
         self.root.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(_remove_dead_sessions, self.root)
-        self._session = self.root / f"session-{os.getpid()}-{secrets.token_hex(4)}"
-        self._session.mkdir()
-        self._lock_fd = os.open(self._session / _LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        name = f"session-{os.getpid()}-{secrets.token_hex(4)}"
+        making = self.root / f".making-{name}"  # not a session yet: another owner's sweep cannot take it for dead
+        making.mkdir()
+        self._lock_fd = os.open(making / _LOCK, os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._session = making.rename(self.root / name)  # it appears already locked (the lock follows the file)
         return self
 
     async def __aexit__(
