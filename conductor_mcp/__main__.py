@@ -1,3 +1,3 @@
-from conductor_mcp.cli import main
+from conductor_mcp.cli.commands import main
 
 raise SystemExit(main())

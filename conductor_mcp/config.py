@@ -173,7 +173,7 @@ class Settings(BaseSettings):
 
     @property
     def tokens_file(self) -> Path:
-        """The named tokens (`conductor-mcp tokens`), hashed, 0600 (conductor_mcp/tokens.py)."""
+        """The named tokens (`conductor-mcp tokens`), hashed, 0600 (conductor_mcp/service/tokens.py)."""
         return self.state_dir / "tokens.json"
 
     def with_pool_dirs_first(self, *directories: Path) -> Settings:

@@ -35,7 +35,7 @@ from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.core.workflow import Workflow
 from conductor_mcp.models.local import free_port
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 
 T = TypeVar("T")
 

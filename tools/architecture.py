@@ -50,7 +50,7 @@ CORE_FORBIDDEN = frozenset(
         "litellm",
         "psycopg",
         "conductor_mcp.config",
-        "conductor_mcp.logs",
+        "conductor_mcp.runtime.logs",
     }
 )
 CORE_FORBIDDEN_CALLS = {"open", "print", "input"}

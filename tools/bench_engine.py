@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 # isort: off
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before litellm loads
 import aiohttp

@@ -423,7 +423,7 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     litellm.acompletion and, for HTTP models, as a bare aiohttp POST. HTTP calls go to the stub under a name it answers
     at once (`direct-*`), with the messages the server sends."""
     # isort: off
-    from conductor_mcp.runtime import prefer_bundled_price_map
+    from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
     prefer_bundled_price_map()  # before litellm loads
     import litellm
@@ -435,7 +435,7 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     from conductor_mcp.engine.conductor import response_format
     from conductor_mcp.models import providers
     from conductor_mcp.models.sim import SimCall, register
-    from conductor_mcp.pools import load_pool
+    from conductor_mcp.service.catalogue import load_pool
 
     register()  # the server's Providers does this: `sim/*` through litellm
     litellm.suppress_debug_info = True

@@ -12,7 +12,7 @@ Targets: the OpenAI door within 5 ms of the MCP door per request; the first stre
 
 from __future__ import annotations
 
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before the imports below load litellm
 

@@ -9,7 +9,7 @@ The same task set runs twice through the real engine on the `sim` pool, side by 
 
 from __future__ import annotations
 
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before the imports below load litellm
 
@@ -26,9 +26,9 @@ from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.learning.sim_tasks import task_set
 from conductor_mcp.learning.strategies import wilson_interval
-from conductor_mcp.logs import configure_logging
 from conductor_mcp.models.sim import final_answer
-from conductor_mcp.service import Service
+from conductor_mcp.runtime.logs import configure_logging
+from conductor_mcp.service.service import Service
 
 
 async def run_all(service: Service, pool: str, tasks: list[dict[str, Any]], concurrency: int) -> dict[str, float]:

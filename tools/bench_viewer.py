@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 
 # isort: off
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before litellm loads
 import litellm
@@ -41,7 +41,7 @@ from conductor_mcp.core.records import Run
 from conductor_mcp.learning.sim_tasks import task_set
 from conductor_mcp.runs.backends import open_store
 from conductor_mcp.runs.store import Store
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import HttpServer, headless_chromium, orchestrate, scripted_pool, sim_pool_doc, viewer_login
 
 TICKS = os.sysconf("SC_CLK_TCK")

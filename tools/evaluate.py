@@ -6,7 +6,7 @@ python tools/evaluate.py --pool frontier --dataset gpqa.jsonl --out eval-gpqa
 
 from __future__ import annotations
 
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before the imports below load litellm
 
@@ -15,7 +15,7 @@ import sys
 
 from conductor_mcp.errors import ConductorError
 from conductor_mcp.learning.evaluation import evaluate, parse_args
-from conductor_mcp.logs import configure_logging
+from conductor_mcp.runtime.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:

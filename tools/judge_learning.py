@@ -5,7 +5,7 @@ python tools/judge_learning.py --run tools/results/grpo-cpu-sim-composed
 
 from __future__ import annotations
 
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before the imports below load litellm
 
@@ -14,7 +14,7 @@ import sys
 
 from conductor_mcp.learning.judge import judge, parse_args
 from conductor_mcp.learning.judging import markdown
-from conductor_mcp.logs import configure_logging
+from conductor_mcp.runtime.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ python tools/probe_shape.py conductor-cpu     # the --out folder of tools/train_
 
 from __future__ import annotations
 
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before the imports below load litellm
 

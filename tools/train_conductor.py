@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conductor_mcp.runtime import prefer_bundled_price_map
+from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
 prefer_bundled_price_map()  # before the imports below load litellm
 

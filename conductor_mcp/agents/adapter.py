@@ -19,7 +19,7 @@ from conductor_mcp.agents.process import ProcessResult
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_records import CommandRun
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
-from conductor_mcp.logs import REDACTED, redact
+from conductor_mcp.runtime.logs import REDACTED, redact
 
 MESSAGE_MAX_CHARS = 64 * 1024
 OUTPUT_TAIL_CHARS = 2000

@@ -3,9 +3,9 @@ what the conductor should not be offered."""
 
 from __future__ import annotations
 
-from conductor_mcp import isolation
 from conductor_mcp.agents.runner import unavailable_reason as agent_problem
 from conductor_mcp.core.pool import Pool, WorkerSpec
+from conductor_mcp.runtime import sandbox as isolation
 
 
 def unavailable_reason(worker: WorkerSpec) -> str | None:

@@ -7,11 +7,11 @@ read-only (it may use the network and the host's programs), with its private HOM
 
 from __future__ import annotations
 
-from conductor_mcp import isolation
 from conductor_mcp.agents.adapter import MESSAGE_MAX_CHARS, AgentAdapter, Parsed, bounded
 from conductor_mcp.agents.process import ProcessResult
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
+from conductor_mcp.runtime import sandbox as isolation
 
 INSTALL_HINT = "a command agent runs under bubblewrap (apt-get install bubblewrap)"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from conductor_mcp.core.agent_records import FileChange, WorkspaceDiff
-from conductor_mcp.logs import redact_values
+from conductor_mcp.runtime.logs import redact_values
 
 if TYPE_CHECKING:
     from conductor_mcp.agents.git import Store

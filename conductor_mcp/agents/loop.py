@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from conductor_mcp.agents.tools import WorkspaceTools
 from conductor_mcp.core.agent_records import ToolUse
-from conductor_mcp.logs import redact_values
+from conductor_mcp.runtime.logs import redact_values
 
 MAX_TOOL_OUTPUT_CHARS = 8000
 RECORDED_ARGUMENT_CHARS = 4000

@@ -26,7 +26,7 @@ from conductor_mcp.agents import workspace as ws
 from conductor_mcp.agents.workspace import WORKTREE_ENTRY, Workspace, remove_tree, tree_size
 from conductor_mcp.core.agent_records import WorkspaceDiff
 from conductor_mcp.errors import WorkspaceError
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

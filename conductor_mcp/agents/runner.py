@@ -23,7 +23,7 @@ from conductor_mcp.core.agent_records import AgentRecord
 from conductor_mcp.core.agent_spec import AgentSpec
 from conductor_mcp.core.pool import WorkerSpec
 from conductor_mcp.errors import AgentFailed, AgentUnavailable
-from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
+from conductor_mcp.runtime.logs import get_logger, redact, redact_values, register_secret
 
 log = get_logger(__name__)
 

@@ -3,7 +3,7 @@ command in bubblewrap over it. Their OpenAI function schemas, and one dispatcher
 
 `read` and `search` run in the server, read-only, and never leave the workspace: a path is taken relative to it,
 and one that resolves outside (by `..` or through a symlink) is refused; search never follows symlinks. `run` runs
-`sh -c COMMAND` under bubblewrap (conductor_mcp/isolation.py) with the workspace as its working directory, writable
+`sh -c COMMAND` under bubblewrap (runtime/sandbox.py) with the workspace as its working directory, writable
 only when the worker's sandbox is `workspace-write`: no network, its own limits of time, memory, processes and
 file size, and its output cut to a size. Every answer is text for the model, bounded; a refused or failed call is
 an answer too (`error`), so the model can correct itself.
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import isolation
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_spec import SandboxMode, WorkspaceTool
+from conductor_mcp.runtime import sandbox as isolation
 
 READ_MAX_LINES = 400
 READ_MAX_BYTES = 256 * 1024

@@ -25,7 +25,7 @@ from conductor_mcp.agents import git
 from conductor_mcp.agents.diffs import bounded_diff, changed_files
 from conductor_mcp.core.agent_records import FileChange, WorkspaceBase, WorkspaceDiff
 from conductor_mcp.errors import WorkspaceError
-from conductor_mcp.isolation import SANDBOX_UID
+from conductor_mcp.runtime.sandbox import SANDBOX_UID
 
 DIFF_MAX_BYTES = 256 * 1024
 PATCH_MAX_BYTES = 64 * 1024 * 1024

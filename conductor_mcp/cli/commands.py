@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp import __version__, cli_tokens, hosts
-from conductor_mcp.cli_output import say as _say
-from conductor_mcp.cli_progress import RunClock
-from conductor_mcp.cli_serve import serve, view
+from conductor_mcp import __version__
+from conductor_mcp.cli import install as hosts
+from conductor_mcp.cli import tokens as cli_tokens
+from conductor_mcp.cli.output import say as _say
+from conductor_mcp.cli.progress import RunClock
+from conductor_mcp.cli.serve import serve, view
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
-from conductor_mcp.logs import configure_logging
-from conductor_mcp.runtime import prefer_bundled_price_map, run_async
+from conductor_mcp.runtime.logs import configure_logging
+from conductor_mcp.runtime.loop import prefer_bundled_price_map, run_async
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
@@ -132,12 +134,12 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.context_files import workspace_in_roots
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
     from conductor_mcp.doors.render import to_markdown
     from conductor_mcp.models.providers import close_clients
-    from conductor_mcp.service import Service
+    from conductor_mcp.service.files import workspace_in_roots
+    from conductor_mcp.service.service import Service
 
     task, context, metadata = _read_task(args)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
@@ -162,7 +164,7 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.doors.render import to_markdown
-    from conductor_mcp.reader import RunReader
+    from conductor_mcp.service.reader import RunReader
 
     with RunReader.open(settings) as reader:
         run = reader.get_run(args.run_id)
@@ -196,7 +198,7 @@ def _prune(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _runs(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.reader import RunReader
+    from conductor_mcp.service.reader import RunReader
 
     if args.runs_action == "prune":
         return _prune(args, settings)
@@ -215,7 +217,7 @@ def _runs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _pools(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.pools import PoolCatalog
+    from conductor_mcp.service.catalogue import PoolCatalog
 
     summaries = PoolCatalog(list(settings.pool_dirs), settings.pool).summaries()
     if args.json:
@@ -230,7 +232,7 @@ def _pools(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _doctor(settings: Settings) -> int:
-    from conductor_mcp.pools import default_pool, diagnose
+    from conductor_mcp.service.catalogue import default_pool, diagnose
 
     reason = "CONDUCTOR_POOL" if settings.pool else "the first pool whose API keys are set, else local"
     _say(f"default pool: {settings.pool or default_pool(list(settings.pool_dirs))} ({reason})")

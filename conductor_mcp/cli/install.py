@@ -165,7 +165,11 @@ def plan(host: str, registration: Registration, path: Path) -> Plan:
 def registration(args: argparse.Namespace, settings: Settings) -> Registration:
     """What `install` registers: this install's server with the pool asked for (or the default pool), and the
     names of the variables its models read their keys from."""
-    from conductor_mcp.pools import default_pool, load_pool, resolve_pool_path  # not at import: the CLI's parser
+    from conductor_mcp.service.catalogue import (  # not at import: the CLI's parser
+        default_pool,
+        load_pool,
+        resolve_pool_path,
+    )
 
     directories = list(settings.pool_dirs)
     name = args.pool or settings.pool or default_pool(directories)
@@ -190,7 +194,7 @@ def _describe(entry: dict[str, Any]) -> str:
 def install(args: argparse.Namespace, settings: Settings) -> list[str]:
     """Write (or with --dry-run, show) the host's entry; the lines to print. Refuses to replace an entry of the
     same name that differs unless --force."""
-    from conductor_mcp import host_config
+    from conductor_mcp.cli import host_configs as host_config
 
     reg = registration(args, settings)
     project = args.project.absolute() if args.project is not None else None

@@ -9,21 +9,21 @@ import json
 import shlex
 import sys
 
-from conductor_mcp.cli_output import say as _say
+from conductor_mcp.cli.output import say as _say
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import RequestError
-from conductor_mcp.runtime import settle_collector
+from conductor_mcp.runtime.loop import settle_collector
 
 
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.doors.metrics import metrics_port
-    from conductor_mcp.service import Service
+    from conductor_mcp.doors.http.metrics import metrics_port
+    from conductor_mcp.service.service import Service
 
     scrape_port = _metrics_port(args, settings)
     if args.http:
-        from conductor_mcp.doors.http import base_url, serve_http
-        from conductor_mcp.doors.viewer import ViewerAuth
-        from conductor_mcp.tokens import TokenBook
+        from conductor_mcp.doors.http.app import base_url, serve_http
+        from conductor_mcp.doors.viewer.routes import ViewerAuth
+        from conductor_mcp.service.tokens import TokenBook
 
         token = _http_token(args, settings)
         tokens = TokenBook(settings.tokens_file)
@@ -38,7 +38,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
             with metrics_port(service.telemetry.metrics, scrape_port):
                 await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
-        from conductor_mcp.doors.mcp import serve_stdio
+        from conductor_mcp.doors.mcp.server import serve_stdio
 
         async with Service.open(settings) as service:
             settle_collector()
@@ -62,9 +62,9 @@ async def view(args: argparse.Namespace, settings: Settings) -> int:
     import webbrowser
     from urllib.parse import quote
 
-    from conductor_mcp.doors.http import base_url, serve_viewer
-    from conductor_mcp.doors.viewer import ViewerAuth
-    from conductor_mcp.reader import RunReader
+    from conductor_mcp.doors.http.app import base_url, serve_viewer
+    from conductor_mcp.doors.viewer.routes import ViewerAuth
+    from conductor_mcp.service.reader import RunReader
 
     token = secrets.token_urlsafe(32)
     viewer = ViewerAuth(token)
@@ -87,7 +87,7 @@ async def view(args: argparse.Namespace, settings: Settings) -> int:
 def _http_token(args: argparse.Namespace, settings: Settings) -> str | None:
     """The token HTTP clients must send: CONDUCTOR_HTTP_TOKEN, else one kept in the state directory; None with
     --no-auth. Says on stderr where the token is and how to configure a client; never prints the token."""
-    from conductor_mcp.doors.http import base_url, is_loopback, stored_token
+    from conductor_mcp.doors.http.app import base_url, is_loopback, stored_token
 
     if args.no_auth:
         if settings.http_token:

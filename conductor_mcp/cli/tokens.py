@@ -10,9 +10,9 @@ import argparse
 import sys
 from typing import Any
 
-from conductor_mcp.cli_output import say
+from conductor_mcp.cli.output import say
 from conductor_mcp.config import Settings
-from conductor_mcp.tokens import TokenBook
+from conductor_mcp.service.tokens import TokenBook
 
 
 def add_parser(sub: Any) -> None:

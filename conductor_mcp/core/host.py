@@ -1,7 +1,7 @@
 """The MCP host's own model as a worker: what the engine asks of it, and what a pool file may say about it.
 
 A worker with `model: host` is answered by the model of the MCP client that asked for the run, through
-`sampling/createMessage` on that client's session (doors/host_sampling.py speaks the protocol). The engine sees
+`sampling/createMessage` on that client's session (doors/mcp/sampling.py speaks the protocol). The engine sees
 only `HostModel`: one call with its own deadline, cancelled with its step, and the usage the client reported.
 """
 

@@ -13,12 +13,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from conductor_mcp.agents.apply import PatchRefused, apply_patch
-from conductor_mcp.context_files import workspace_in_roots
 from conductor_mcp.core.agent_records import FileChange
 from conductor_mcp.core.patches import final_work
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StepNotFound
-from conductor_mcp.service import Service
+from conductor_mcp.service.files import workspace_in_roots
+from conductor_mcp.service.service import Service
 
 MAX_FILES_LISTED = 100
 METADATA_VALUE_CHARS = 512  # OpenAI's limit on a metadata value

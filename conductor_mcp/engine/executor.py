@@ -26,9 +26,9 @@ from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.step_errors import first_cause
 from conductor_mcp.engine.workspace_steps import WorkspaceSteps
 from conductor_mcp.errors import ProviderError, StoreError
-from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers, price_per_token
 from conductor_mcp.runs.store import Store
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conductor_mcp.errors import StoreError
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -31,8 +31,8 @@ from conductor_mcp.core.agent_records import AgentRecord, StepWork
 from conductor_mcp.core.pool import Pool, WorkerSpec
 from conductor_mcp.core.records import Attempt, Run, StepRecord
 from conductor_mcp.errors import AgentFailed, AgentUnavailable, ProviderError, WorkspaceError
-from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -33,7 +33,7 @@ from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.sim_tasks import SIM_SETS
 from conductor_mcp.learning.strategies import Strategy, all_strategies, paired, summarise, written_by
 from conductor_mcp.learning.verifiers import verify
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 
 
 def load_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -20,8 +20,8 @@ from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import card, decisions, judging, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
-from conductor_mcp.pools import load_pool
-from conductor_mcp.service import Service
+from conductor_mcp.service.catalogue import load_pool
+from conductor_mcp.service.service import Service
 
 MAX_STEPS = 5  # Mixture-of-Agents on a 4-worker sub-pool: four proposals and the aggregator
 BASELINES: dict[str, judging.Build] = {

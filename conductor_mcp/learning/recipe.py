@@ -21,7 +21,7 @@ from conductor_mcp.config import builtin_pool_dir, environment_value
 from conductor_mcp.errors import ConductorError
 from conductor_mcp.learning import train_options, training
 from conductor_mcp.learning.code_checks import code_sandbox_problem
-from conductor_mcp.pools import load_pool
+from conductor_mcp.service.catalogue import load_pool
 
 PAPER = {
     "--base-model": "Qwen/Qwen2.5-7B-Instruct",

@@ -18,7 +18,7 @@ from conductor_mcp.core.workflow import parse_workflow, validate_workflow
 from conductor_mcp.errors import WorkflowError
 from conductor_mcp.learning import datasets
 from conductor_mcp.learning.verifiers import verify
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 
 FORMAT_REWARD = 0.1
 CORRECT_REWARD = 1.0

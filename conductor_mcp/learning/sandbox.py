@@ -1,6 +1,6 @@
 """Run an untrusted Python program (model-written code) isolated from this machine, with limits.
 
-The program runs under bubblewrap through conductor_mcp/isolation.py (its docstring says what the sandbox sees and
+The program runs under bubblewrap through conductor_mcp/runtime/sandbox.py (its docstring says what the sandbox sees and
 may do): here it is a Python script with its files read-only beside it in a private tmpfs working directory.
 `run_python` runs one to its end; `sandboxed` starts one on descriptors the caller gives it and keeps it running
 inside a `with` block, so that two sandboxes can talk over pipes (the verifier's tests and the solution).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_mcp.errors import SandboxUnavailable
-from conductor_mcp.isolation import (
+from conductor_mcp.runtime.sandbox import (
     BOOTSTRAP,
     SANDBOX_UID,
     Limits,

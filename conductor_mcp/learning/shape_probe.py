@@ -16,7 +16,7 @@ from typing import Any
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import train_options, training, warm_start
-from conductor_mcp.pools import load_pool
+from conductor_mcp.service.catalogue import load_pool
 
 CONTINUATIONS = {"another step": "},", "end": "}]}"}  # after the first step's `"access": [...]`
 ADAPTERS = {"warm start": "sft-adapter", "trained": "adapter"}

@@ -48,9 +48,9 @@ from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.subpools import held_out_pool, training_pool, training_pools, worker_order
 from conductor_mcp.learning.train_options import held_out_tasks, training_tasks
-from conductor_mcp.logs import configure_logging
-from conductor_mcp.pools import load_pool
-from conductor_mcp.service import Service
+from conductor_mcp.runtime.logs import configure_logging
+from conductor_mcp.service.catalogue import load_pool
+from conductor_mcp.service.service import Service
 
 T = TypeVar("T")
 WORKER_PREFILL = '{"reasoning": "Route the task to one worker.", "steps": [{"worker": "'

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor_mcp.errors import LocalModelError
-from conductor_mcp.logs import get_logger
 from conductor_mcp.models.local_exit import exit_diagnosis, gone_diagnosis, is_deterministic
-from conductor_mcp.private import open_private, private_dir, write_private
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.runtime.private import open_private, private_dir, write_private
 
 log = get_logger(__name__)
 

@@ -28,9 +28,9 @@ from conductor_mcp.core.pool import ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import HostDeclined, HostUnavailable, LocalModelError, MalformedResponse, ProviderError
-from conductor_mcp.logs import get_logger, redact, redact_values, register_secret
 from conductor_mcp.models import local, openai_http, sim
 from conductor_mcp.models.completion import completion_prompt, completion_stops, end_of_answer
+from conductor_mcp.runtime.logs import get_logger, redact, redact_values, register_secret
 
 log = get_logger(__name__)
 

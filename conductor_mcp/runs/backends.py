@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from conductor_mcp.config import Settings, masked_url
 from conductor_mcp.errors import ConductorError, StoreError
-from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.runs.leases import FileLease, FileLiveness, Lease, Liveness
 from conductor_mcp.runs.store import Store, StoreInfo
+from conductor_mcp.runtime.lifetimes import TaskOwner
 
 if TYPE_CHECKING:
     from conductor_mcp.runs.postgres_live import ProgressBus

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import StoreError
-from conductor_mcp.logs import get_logger
 from conductor_mcp.runs.active import ActiveRuns
 from conductor_mcp.runs.store import Store
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

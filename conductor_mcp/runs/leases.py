@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
-from conductor_mcp.private import open_private, private_dir
+from conductor_mcp.runtime.private import open_private, private_dir
 
 
 class Liveness(ABC):

@@ -33,7 +33,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from conductor_mcp.config import masked_url
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
-from conductor_mcp.logs import get_logger, redact
 from conductor_mcp.runs.fence import WriteFence
 from conductor_mcp.runs.store import (
     MIGRATIONS,
@@ -46,6 +45,7 @@ from conductor_mcp.runs.store import (
     safe_params,
     step_row,
 )
+from conductor_mcp.runtime.logs import get_logger, redact
 
 log = get_logger(__name__)
 T = TypeVar("T")

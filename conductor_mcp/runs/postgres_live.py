@@ -31,10 +31,10 @@ import psycopg
 from conductor_mcp.core.events import ProgressEvent, heartbeat_event
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import StoreError
-from conductor_mcp.lifetimes import TaskOwner
-from conductor_mcp.logs import get_logger
 from conductor_mcp.runs.leases import Lease, Liveness
 from conductor_mcp.runs.postgres import CONNECT_TIMEOUT_S, PostgresStore, check_reachable
+from conductor_mcp.runtime.lifetimes import TaskOwner
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -21,7 +21,6 @@ from typing import Any, LiteralString
 
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
-from conductor_mcp.private import private_dir, private_file
 from conductor_mcp.runs.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -33,6 +32,7 @@ from conductor_mcp.runs.store import (
     safe_params,
     step_row,
 )
+from conductor_mcp.runtime.private import private_dir, private_file
 
 
 def _advice(path: Path, exc: sqlite3.Error, run_id: str | None) -> str:

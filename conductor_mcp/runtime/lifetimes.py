@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from conductor_mcp.errors import StoreError
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -75,7 +75,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """What a program run in a sandbox printed and how it ended (doors/results.py's RunResult is a run's MCP result)."""
+    """What a program run in a sandbox printed and how it ended (not a run's MCP result: doors/mcp/results.py)."""
 
     stdout: str
     stderr: str

@@ -17,9 +17,9 @@ from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.errors import RunNotFound
-from conductor_mcp.reader import RunReader
 from conductor_mcp.runs.active import CANCEL_GRACE_S
-from conductor_mcp.service import Service
+from conductor_mcp.service.reader import RunReader
+from conductor_mcp.service.service import Service
 
 
 class Reads:

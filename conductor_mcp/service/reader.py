@@ -21,12 +21,12 @@ from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.records import Run
 from conductor_mcp.engine.events import emit
 from conductor_mcp.errors import RequestError
-from conductor_mcp.logs import get_logger
-from conductor_mcp.pools import PoolCatalog
 from conductor_mcp.runs.backends import open_liveness, open_store
 from conductor_mcp.runs.follow import poll_store
 from conductor_mcp.runs.leases import Liveness
 from conductor_mcp.runs.store import Store
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.catalogue import PoolCatalog
 
 log = get_logger(__name__)
 

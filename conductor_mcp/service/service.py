@@ -35,16 +35,16 @@ from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
 from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
-from conductor_mcp.lifetimes import TaskOwner
-from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
-from conductor_mcp.reader import RunReader, relay_until
 from conductor_mcp.runs.active import CANCEL_GRACE_S, ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.cancels import ask_to_cancel, serve_cancel_requests
 from conductor_mcp.runs.leases import Lease
 from conductor_mcp.runs.reclaim import Reclaimer
 from conductor_mcp.runs.store import Store
+from conductor_mcp.runtime.lifetimes import TaskOwner
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.reader import RunReader, relay_until
 from conductor_mcp.telemetry.observer import Telemetry
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ from typing import Any
 from conductor_mcp.core.principal import Principal, name_problem
 from conductor_mcp.core.records import now
 from conductor_mcp.errors import RequestError, SettingsError
-from conductor_mcp.logs import get_logger
-from conductor_mcp.private import open_private, private_dir, private_file
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.runtime.private import open_private, private_dir, private_file
 
 log = get_logger(__name__)
 

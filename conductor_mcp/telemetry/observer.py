@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.records import Run
-from conductor_mcp.logs import get_logger
 from conductor_mcp.runs.leases import Liveness
 from conductor_mcp.runs.store import Store
+from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:

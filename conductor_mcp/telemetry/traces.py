@@ -26,7 +26,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Attempt, CallUsage, Run, StepRecord
 from conductor_mcp.errors import SettingsError
-from conductor_mcp.logs import register_secret
+from conductor_mcp.runtime.logs import register_secret
 
 try:
     from opentelemetry import trace

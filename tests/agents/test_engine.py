@@ -20,12 +20,12 @@ from conductor_mcp.core.prompts import CHANGE_HEADING
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.errors import RequestError
 from conductor_mcp.models import sim_agent
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer
 from tests.conftest import ask, sim_pool_doc, write_pool
-from tests.doors.test_viewer import BEARER, serving
+from tests.doors.viewer.test_viewer import BEARER, serving
 
 pytestmark = [pytest.mark.slow, needs_bwrap]  # starts processes (git, bubblewrap, the agent)
 

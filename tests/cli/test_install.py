@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conductor_mcp.hosts import TOOL_TIMEOUT_S, server_command
+from conductor_mcp.cli.install import TOOL_TIMEOUT_S, server_command
 from tests.conftest import HttpServer
 
 CLAUDE = os.environ.get("CONDUCTOR_CLAUDE_BIN") or shutil.which("claude")

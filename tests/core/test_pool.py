@@ -10,7 +10,7 @@ import pytest
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core.pool import mask_url, mask_values
 from conductor_mcp.errors import PoolError
-from conductor_mcp.pools import available_pools, load_pool
+from conductor_mcp.service.catalogue import available_pools, load_pool
 from tests.conftest import sim_pool_doc, write_pool
 
 BUILTIN = [builtin_pool_dir()]

@@ -13,8 +13,8 @@ import pytest
 from mcp.client import Client
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.service import Service
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool, worker, write_pool
 
 pytestmark = [pytest.mark.slow]
@@ -130,7 +130,7 @@ async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: P
 
 
 def test_a_secret_set_in_the_environment_later_is_masked_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    from conductor_mcp.logs import REDACTED, redact_values
+    from conductor_mcp.runtime.logs import REDACTED, redact_values
 
     assert redact_values("late-secret-value-123") == "late-secret-value-123"  # not a secret yet
     monkeypatch.setenv("LATE_API_KEY", "late-secret-value-123")

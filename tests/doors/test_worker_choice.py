@@ -12,8 +12,8 @@ import openai
 import pytest
 from mcp.client import Client
 
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.service import Service
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.service import Service
 from tests.conftest import HttpServer, sim_pool_doc, write_pool
 
 TASK = "Write a Python function that reverses a list, and test it."

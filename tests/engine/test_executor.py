@@ -23,10 +23,10 @@ from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.engine import conductor
 from conductor_mcp.errors import RequestError, RunNotFound
 from conductor_mcp.models import providers
-from conductor_mcp.pools import load_pool
-from conductor_mcp.reader import RunReader
 from conductor_mcp.runs.sqlite import SqliteStore
-from conductor_mcp.service import Service
+from conductor_mcp.service.catalogue import load_pool
+from conductor_mcp.service.reader import RunReader
+from conductor_mcp.service.service import Service
 from tests.conftest import in_service, orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
 
 # ------------------------------------------------------------------------------------------- conductor

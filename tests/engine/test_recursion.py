@@ -8,7 +8,7 @@ from typing import Any
 from conductor_mcp.core import prompts
 from conductor_mcp.core.workflow import workflow_json_schema
 from conductor_mcp.doors.render import mermaid, to_markdown
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, write_pool
 
 MATH = {"domain": "math", "answer": "42"}

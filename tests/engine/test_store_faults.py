@@ -17,7 +17,7 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import RequestError
 from conductor_mcp.runs.sqlite import SqliteStore
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import ask, scripted_pool
 
 CHAIN = [("model_0", "Draft.", []), ("model_1", "Improve.", [0]), ("model_2", "Finish.", [1])]
@@ -160,7 +160,7 @@ import asyncio, sys, time
 from pathlib import Path
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import RequestError
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 
 state, pools, calls, run_id, at = sys.argv[1:6]
 settings = Settings.from_env(

@@ -10,7 +10,7 @@ import pytest
 from conductor_mcp.core.choice import WorkerChoice
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.errors import RequestError
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
 
 

@@ -20,7 +20,7 @@ from conductor_mcp.learning.strategies import (
     router,
     single,
 )
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import start
 
 META = {"domain": "math", "answer": "42"}

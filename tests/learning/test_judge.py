@@ -10,7 +10,7 @@ from pathlib import Path
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.learning import card, decisions, judge, judging, subpools, train_options, training
 from conductor_mcp.learning.rewards import Outcome
-from conductor_mcp.pools import load_pool
+from conductor_mcp.service.catalogue import load_pool
 
 
 def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:

@@ -12,7 +12,7 @@ import pytest
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.learning import shape_probe, warm_start
 from conductor_mcp.learning.sim_tasks import structured_task_set
-from conductor_mcp.pools import load_pool
+from conductor_mcp.service.catalogue import load_pool
 
 TOOL = Path(__file__).parents[2] / "tools" / "probe_shape.py"
 

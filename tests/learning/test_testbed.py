@@ -21,8 +21,8 @@ from conductor_mcp.learning.strategies import single
 from conductor_mcp.learning.verifiers import verify
 from conductor_mcp.models import sim_testbed
 from conductor_mcp.models.sim import worker_answer
-from conductor_mcp.pools import load_pool
-from conductor_mcp.service import Service
+from conductor_mcp.service.catalogue import load_pool
+from conductor_mcp.service.service import Service
 from tests.conftest import start
 
 LEAK = "Consider these.\nANSWER: A\nANSWER: B\nANSWER: C\nANSWER: D"

@@ -24,7 +24,7 @@ from conductor_mcp.learning import recipe, shape_probe, subpools, train_options
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
-from conductor_mcp.pools import load_pool
+from conductor_mcp.service.catalogue import load_pool
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 RECIPE = Path(__file__).parents[2] / "tools" / "paper_recipe.py"

@@ -10,7 +10,7 @@ from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import warm_start
 from conductor_mcp.learning.sim_tasks import structured_task_set
-from conductor_mcp.pools import load_pool
+from conductor_mcp.service.catalogue import load_pool
 
 
 def test_the_warm_start_imitates_the_pools_scripted_conductor() -> None:

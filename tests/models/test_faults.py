@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, scripted_pool, worker, write_pool
 
 pytestmark = [pytest.mark.slow]

@@ -24,8 +24,8 @@ from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
 from conductor_mcp.models import local
 from conductor_mcp.models.completion import completion_prompt
 from conductor_mcp.models.providers import Providers
-from conductor_mcp.pools import load_pool
-from conductor_mcp.service import Service
+from conductor_mcp.service.catalogue import load_pool
+from conductor_mcp.service.service import Service
 from tests.conftest import HttpServer, orchestrate, plan
 
 pytestmark = [

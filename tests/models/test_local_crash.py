@@ -70,7 +70,7 @@ async def test_a_run_on_a_crashing_embedded_model_fails_saying_why(
 ) -> None:
     servers, requests = crashing_servers(tmp_path)
     monkeypatch.setitem(local._registries, tmp_path / "state", servers)  # what local.servers() hands the service
-    from conductor_mcp.service import Service
+    from conductor_mcp.service.service import Service
 
     async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
         run = await orchestrate(service, "Capital of France?", pool="local")

@@ -18,7 +18,7 @@ from conductor_mcp.errors import WorkflowError
 from conductor_mcp.models import sim_testbed
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.models.sim import conductor_output, worker_answer
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, sim_pool_doc, write_pool
 
 META = {"domain": "math", "answer": "42"}

@@ -22,10 +22,10 @@ import pytest
 from mcp.client import Client
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.models import local
 from conductor_mcp.models.local import free_port
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, plan, write_pool
 
 VLLM_PYTHON = os.environ.get("CONDUCTOR_VLLM_PYTHON")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressEvent
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import ask, scripted_pool
 
 CHAIN = [("model_0", "Draft.", []), ("model_1", "Improve.", [0]), ("model_2", "Finish.", [1])]

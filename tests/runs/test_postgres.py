@@ -19,7 +19,7 @@ from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StoreError
 from conductor_mcp.runs.postgres import PostgresStore
 from conductor_mcp.runs.store import MIGRATIONS, SCHEMA_VERSION
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import ask, sim_pool_doc, write_pool
 
 pytestmark = [pytest.mark.slow]  # a PostgreSQL cluster

@@ -14,11 +14,11 @@ from mcp.client import Client
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
-from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
+from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import RunNotFound
 from conductor_mcp.runs.store import safe_text
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import ask, sim_pool_doc, write_pool
 
 TOKEN = "text-safety-t0ken-for-the-tests-0123456789"

@@ -1,4 +1,4 @@
-"""The server's garbage collector settings (conductor_mcp/runtime.py), checked in a fresh interpreter: they are
+"""The server's garbage collector settings (conductor_mcp/runtime/loop.py), checked in a fresh interpreter: they are
 process-wide and would leak into the rest of the test session."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 PROBE = """
 import gc, json, weakref
-import conductor_mcp.service  # what a server has imported before it settles: litellm, pydantic
-from conductor_mcp.runtime import FULL_COLLECTION_EVERY, settle_collector
+import conductor_mcp.service.service  # what a server has imported before it settles: litellm, pydantic
+from conductor_mcp.runtime.loop import FULL_COLLECTION_EVERY, settle_collector
 
 settle_collector()
 class Node: pass

@@ -1,4 +1,4 @@
-"""The one place that decides who may see a run (conductor_mcp/access.py), on a real service and sim pool: another
+"""The one place that decides who may see a run (service/access.py), on a real service and sim pool: another
 principal's run is RunNotFound for every read, continuation, tool answer, cancel, wait and stream; lists hold a
 principal's own runs; runs started are recorded as the starter's; an admin sees and acts on every run."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conductor_mcp.access import Access, Reads
 from conductor_mcp.core.principal import LOCAL, Principal
 from conductor_mcp.core.records import ToolResult
 from conductor_mcp.errors import RunNotFound
-from conductor_mcp.reader import RunReader
-from conductor_mcp.service import Service
+from conductor_mcp.service.access import Access, Reads
+from conductor_mcp.service.reader import RunReader
+from conductor_mcp.service.service import Service
 from tests.conftest import ask
 
 ALICE, BOB, OPS = Principal("alice"), Principal("bob"), Principal("ops", admin=True)

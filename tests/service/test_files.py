@@ -20,10 +20,10 @@ from mcp import types
 from mcp.client import Client
 
 from conductor_mcp.config import Settings
-from conductor_mcp.context_files import effective_roots, read_context_files
-from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import RequestError
-from conductor_mcp.service import Service
+from conductor_mcp.service.files import effective_roots, read_context_files
+from conductor_mcp.service.service import Service
 from tests.conftest import HttpServer
 
 CODE = "def add(a, b):\n    return a - b  # the bug\n"

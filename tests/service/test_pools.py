@@ -15,10 +15,10 @@ import yaml
 from mcp.client import Client
 
 from conductor_mcp.config import Settings, builtin_pool_dir
-from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import PoolError
-from conductor_mcp.pools import PoolCatalog, default_pool, diagnose, load_pool, missing_keys, problems
-from conductor_mcp.service import Service
+from conductor_mcp.service.catalogue import PoolCatalog, default_pool, diagnose, load_pool, missing_keys, problems
+from conductor_mcp.service.service import Service
 from tests.conftest import sim_pool_doc, write_pool
 
 BUILTIN = [builtin_pool_dir()]

@@ -1,4 +1,4 @@
-"""Named tokens (conductor_mcp/tokens.py) and the SDK TokenVerifier over them (doors/principals.py): changes made
+"""Named tokens (service/tokens.py) and the SDK TokenVerifier over them (doors/http/principals.py): changes made
 by another process are seen at the next check, the admin token is the local user, and a broken tokens file admits
 no named token while the admin token still works."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conductor_mcp.core.principal import LOCAL, Principal
-from conductor_mcp.doors.principals import ADMIN_SCOPE, RUNS_SCOPE, Credentials
+from conductor_mcp.doors.http.principals import ADMIN_SCOPE, RUNS_SCOPE, Credentials
 from conductor_mcp.errors import RequestError, SettingsError
-from conductor_mcp.tokens import TokenBook
+from conductor_mcp.service.tokens import TokenBook
 
 ADMIN = "the-admin-token-for-these-tests-0123456789"
 

@@ -8,14 +8,14 @@ import pytest
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run
-from conductor_mcp.doors.viewer import ViewerAuth
+from conductor_mcp.doors.viewer.routes import ViewerAuth
 from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.leases import FileLease
 from conductor_mcp.runs.sqlite import SqliteStore
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from conductor_mcp.telemetry.metrics import Metrics
 from tests.conftest import ask, scripted_pool, sim_pool_doc, worker, write_pool
-from tests.doors.test_auth import TOKEN, serving
+from tests.doors.http.test_auth import TOKEN, serving
 
 
 def sample(service: Service, name: str, **labels: str) -> float | None:
@@ -108,7 +108,7 @@ def test_store_errors_are_counted(tmp_path: Path) -> None:
 
 
 async def test_metrics_over_http_are_for_admins_only(tmp_path: Path) -> None:
-    from conductor_mcp.tokens import TokenBook
+    from conductor_mcp.service.tokens import TokenBook
 
     book = TokenBook(tmp_path / "tokens.json")
     user, admin = book.add("alice"), book.add("ops", admin=True)
@@ -123,7 +123,7 @@ async def test_metrics_over_http_are_for_admins_only(tmp_path: Path) -> None:
 
 
 def test_a_metrics_port_that_is_no_port_is_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
-    from conductor_mcp.cli import main
+    from conductor_mcp.cli.commands import main
 
     assert main(["serve", "--metrics-port", "70000"]) == 2
     assert "--metrics-port: 70000 is not a port number" in capsys.readouterr().err

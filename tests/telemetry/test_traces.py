@@ -17,10 +17,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.viewer_html import run_page
+from conductor_mcp.doors.viewer.html import run_page
 from conductor_mcp.runs.postgres import PostgresStore
 from conductor_mcp.runs.sqlite import SqliteStore
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import ask, scripted_pool, sim_pool_doc, worker
 
 pytestmark = [pytest.mark.slow]

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_the_package_keeps_its_layers() -> None:
@@ -22,12 +22,14 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     (package / "core").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "core" / "__init__.py").write_text("")
-    (package / "service.py").write_text("X = 1\n")
-    (package / "core" / "pool.py").write_text("from conductor_mcp.service import X\n")
+    (package / "service").mkdir()
+    (package / "service" / "__init__.py").write_text("")
+    (package / "service" / "service.py").write_text("X = 1\n")
+    (package / "core" / "pool.py").write_text("from conductor_mcp.service.service import X\n")
     result = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "architecture.py"), str(package)], capture_output=True, text=True
     )
-    assert result.returncode == 1 and "conductor_mcp.core.pool -> conductor_mcp.service" in result.stdout
+    assert result.returncode == 1 and "conductor_mcp.core.pool -> conductor_mcp.service.service" in result.stdout
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -46,9 +48,9 @@ def _package(tmp_path: Path, files: dict[str, str]) -> subprocess.CompletedProce
 
 def test_a_door_importing_the_training_code_is_caught(tmp_path: Path) -> None:
     result = _package(
-        tmp_path, {"learning/training.py": "X = 1\n", "doors/mcp.py": "from ..learning import training\n"}
+        tmp_path, {"learning/training.py": "X = 1\n", "doors/mcp/server.py": "from ...learning import training\n"}
     )
-    assert result.returncode == 1 and "conductor_mcp.doors.mcp -> conductor_mcp.learning" in result.stdout
+    assert result.returncode == 1 and "conductor_mcp.doors.mcp.server -> conductor_mcp.learning" in result.stdout
 
 
 def test_core_reading_the_environment_or_doing_io_is_caught(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "tools" / "bench_load.py"
+BENCH = Path(__file__).parents[2] / "tools" / "bench_load.py"
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,10 +3,10 @@ the run viewer at /ui/).
 
 Private by default: every request needs `Authorization: Bearer <token>` (the scheme in any case, the token
 compared in constant time): the admin token, from CONDUCTOR_HTTP_TOKEN or a random one kept 0600 in the state
-directory, or a named token (tokens.py), each its own principal (doors/principals.py); serving without a token
+directory, or a named token (tokens.py), each its own principal (doors/http/principals.py); serving without a token
 is an explicit choice, and only on loopback. DNS-rebinding protection accepts loopback
 Host headers, the ones the operator names and, bound to a wildcard address, the machine's own names. Under /ui/
-a browser may instead show the viewer's session cookie (doors/viewer.py); elsewhere only the header counts.
+a browser may instead show the viewer's session cookie (doors/viewer/routes.py); elsewhere only the header counts.
 """
 
 from __future__ import annotations
@@ -27,21 +27,21 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import HTTPConnection
 
-from conductor_mcp.doors.auth_guard import check_token
-from conductor_mcp.doors.http_guard import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
+from conductor_mcp.doors.http.auth import check_token
+from conductor_mcp.doors.http.guards import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
+from conductor_mcp.doors.http.metrics import metrics_routes
+from conductor_mcp.doors.http.principals import signed_in_user
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.doors.metrics import metrics_routes
-from conductor_mcp.doors.openai import error_body, openai_routes
-from conductor_mcp.doors.principals import signed_in_user
-from conductor_mcp.doors.viewer import ViewerAuth, is_open_path, login_page, viewer_routes
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.doors.openai.routes import error_body, openai_routes
+from conductor_mcp.doors.viewer.routes import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
-from conductor_mcp.logs import get_logger, register_secret
-from conductor_mcp.private import open_private, private_dir, private_file
+from conductor_mcp.runtime.logs import get_logger, register_secret
+from conductor_mcp.runtime.private import open_private, private_dir, private_file
 
 if TYPE_CHECKING:
-    from conductor_mcp.reader import RunReader
-    from conductor_mcp.service import Service
+    from conductor_mcp.service.reader import RunReader
+    from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -88,7 +88,7 @@ def stored_token(path: Path) -> tuple[str, bool]:
 
 class BearerTokenMiddleware:
     """Refuses HTTP requests without `Authorization: Bearer <token>` of a token the server accepts (the admin
-    token or a named one: doors/principals.py), authenticated by the MCP SDK's `BearerAuthBackend`; the request
+    token or a named one: doors/http/principals.py), authenticated by the MCP SDK's `BearerAuthBackend`; the request
     then carries the SDK's user and auth context (its principal). Viewer pages (/ui/) also accept the viewer's
     session cookie, and answer a browser without either with a sign-in page."""
 
@@ -228,7 +228,7 @@ def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) ->
 
 
 def connection_limits(service: RunReader) -> dict[str, Any]:
-    """uvicorn's settings for slow and half-open connections and keep-alive (doors/http_guard.py)."""
+    """uvicorn's settings for slow and half-open connections and keep-alive (doors/http/guards.py)."""
     settings = service.settings
     protocol = guarded_http(settings.http_header_timeout_s, connection_cap(settings.http_max_connections))
     return {"http": protocol, "timeout_keep_alive": KEEP_ALIVE_S}

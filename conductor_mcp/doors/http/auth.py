@@ -18,7 +18,7 @@ import math
 import time
 
 from conductor_mcp.errors import RequestError
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -21,8 +21,8 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from conductor_mcp.core.limits import MAX_BODY_BYTES, MAX_FORM_BODY_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_OTHER_BODY_BYTES
-from conductor_mcp.doors import viewer_html as html
-from conductor_mcp.logs import get_logger
+from conductor_mcp.doors.viewer import html as html
+from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conductor_mcp.doors.principals import current_principal
-from conductor_mcp.logs import get_logger
+from conductor_mcp.doors.http.principals import current_principal
+from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.telemetry.metrics import Metrics
 
 log = get_logger(__name__)

@@ -2,7 +2,7 @@
 
 `Credentials` is the SDK's `TokenVerifier`: the server's admin token (CONDUCTOR_HTTP_TOKEN, or the one it keeps
 in its state directory) is the local user's, LOCAL; a named token (tokens.py) is its own principal. The bearer
-middleware (doors/http.py) authenticates with the SDK's `BearerAuthBackend` over it and sets the SDK's auth
+middleware (doors/http/app.py) authenticates with the SDK's `BearerAuthBackend` over it and sets the SDK's auth
 context, so every door reads the request's principal the same way, `current_principal()`, from the `AccessToken`
 the SDK keeps for the request (tools, resources and Tasks methods included). A request with no access token is
 served without auth (stdio, `--no-auth` on loopback): the local user's.
@@ -18,15 +18,15 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
-from conductor_mcp.access import Access, Reads
 from conductor_mcp.core.principal import LOCAL, LOCAL_NAME, Principal
 from conductor_mcp.errors import SettingsError
-from conductor_mcp.logs import get_logger
-from conductor_mcp.tokens import TokenBook
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.access import Access, Reads
+from conductor_mcp.service.tokens import TokenBook
 
 if TYPE_CHECKING:
-    from conductor_mcp.reader import RunReader
-    from conductor_mcp.service import Service
+    from conductor_mcp.service.reader import RunReader
+    from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -88,7 +88,7 @@ def current_principal() -> Principal:
 
 
 def access(service: Service) -> Access:
-    """What the current request's principal may do with runs (conductor_mcp/access.py)."""
+    """What the current request's principal may do with runs (conductor_mcp/service/access.py)."""
     return Access(service, current_principal())
 
 

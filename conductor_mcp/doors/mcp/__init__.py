@@ -1,1 +1,2 @@
-"""The MCP door: the tools and resources, Tasks, roots, sampling of the host's model, and the results a calling model reads."""
+"""The MCP door: the tools and resources, Tasks, roots, sampling of the host's model, and the results
+a calling model reads."""

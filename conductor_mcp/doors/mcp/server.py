@@ -39,14 +39,9 @@ from conductor_mcp.core.request import (
     WorkersArg,
 )
 from conductor_mcp.core.usage import Budget
-from conductor_mcp.doors.bounded_stdin import bounded_stdin
-from conductor_mcp.doors.host_sampling import host_of
+from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.mcp_roots import caller_roots, context_with_files, workspace_of
-from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
-from conductor_mcp.doors.principals import access
-from conductor_mcp.doors.render import to_markdown
-from conductor_mcp.doors.results import (
+from conductor_mcp.doors.mcp.results import (
     Detail,
     PlanResult,
     PoolsResult,
@@ -57,10 +52,15 @@ from conductor_mcp.doors.results import (
     run_result,
     runs_result,
 )
-from conductor_mcp.doors.tasks import TasksExtension, hand_over
+from conductor_mcp.doors.mcp.roots import caller_roots, context_with_files, workspace_of
+from conductor_mcp.doors.mcp.sampling import host_of
+from conductor_mcp.doors.mcp.stdin import bounded_stdin
+from conductor_mcp.doors.mcp.tasks import TasksExtension, hand_over
+from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
+from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.errors import ConductorError, PoolError
-from conductor_mcp.logs import get_logger
-from conductor_mcp.service import Service
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -148,7 +148,7 @@ class Door:
     async def collect(
         self, run: Run, wait_seconds: float, detail: Detail, ctx: Context, cancel_on_exit: bool, apply: bool = False
     ) -> CallToolResult:
-        """A started run as the tool's result: a Tasks client's call (doors/tasks.py) hands it over at once, any
+        """A started run as the tool's result: a Tasks client's call (doors/mcp/tasks.py) hands it over at once, any
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
         it. `apply`: the run's final patch is applied to the caller's tree (see doors/patches.py)."""
         if not hand_over(run, detail):

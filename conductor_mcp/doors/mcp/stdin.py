@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from conductor_mcp.core.limits import MAX_MCP_MESSAGE_BYTES
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
 
 CHUNK_BYTES = 64 * 1024
 PREFIX_BYTES = 512  # how much of a dropped line is kept, to find its request id

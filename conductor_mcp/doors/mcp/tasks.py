@@ -27,11 +27,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from conductor_mcp.core.records import Run, RunStatus
+from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.principals import access
-from conductor_mcp.doors.results import Detail, run_result
+from conductor_mcp.doors.mcp.results import Detail, run_result
 from conductor_mcp.errors import ConductorError, RunNotFound
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 
 TASKS = "io.modelcontextprotocol/tasks"
 TASK_TOOLS = frozenset({"orchestrate", "continue_workflow"})

@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from conductor_mcp.context_files import workspace_in_roots
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
+from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.openai_replies import (
+from conductor_mcp.doors.openai.replies import (
     answer_items,
     chat_object,
     finished_ok,
@@ -31,8 +31,8 @@ from conductor_mcp.doors.openai_replies import (
     run_error,
     run_of_response,
 )
-from conductor_mcp.doors.openai_stream import KEEPALIVE, ChatStream, ResponsesStream
-from conductor_mcp.doors.openai_wire import (
+from conductor_mcp.doors.openai.stream import KEEPALIVE, ChatStream, ResponsesStream
+from conductor_mcp.doors.openai.wire import (
     Asked,
     ToolReply,
     chat_request,
@@ -42,7 +42,6 @@ from conductor_mcp.doors.openai_wire import (
     responses_tool_reply,
 )
 from conductor_mcp.doors.patches import wants_workspace
-from conductor_mcp.doors.principals import access
 from conductor_mcp.errors import (
     BudgetExhausted,
     ConductorError,
@@ -51,10 +50,11 @@ from conductor_mcp.errors import (
     RequestTooLarge,
     RunNotFound,
 )
-from conductor_mcp.logs import get_logger
+from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.files import workspace_in_roots
 
 if TYPE_CHECKING:
-    from conductor_mcp.service import Service
+    from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -239,7 +239,7 @@ class OpenAIDoor:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object; its size was capped before it was read (doors/http_guard.py)."""
+    """The request's JSON object; its size was capped before it was read (doors/http/guards.py)."""
     raw = await request.body()
     try:
         body = json.loads(raw)
@@ -266,5 +266,5 @@ def _with_run_id(response: Response, run: Run, viewer: str | None) -> Response:
 
 
 def openai_routes(service: Service, guard: Guard | None = None, links: Links | None = None) -> list[Route]:
-    """The door's routes, for doors/http.py to mount beside /mcp."""
+    """The door's routes, for doors/http/app.py to mount beside /mcp."""
     return OpenAIDoor(service, guard, links).routes()

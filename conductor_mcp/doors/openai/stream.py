@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from conductor_mcp.core.records import Run
-from conductor_mcp.doors.openai_replies import (
+from conductor_mcp.doors.openai.replies import (
     answer_items,
     chat_tool_calls,
     chat_usage,

@@ -1,6 +1,6 @@
 """The OpenAI wire formats, in: a Responses or Chat Completions body as a run request (openai_replies.py: out).
 
-Pure translation, no I/O: the door (doors/openai.py) reads the HTTP request, calls the service and sends what
+Pure translation, no I/O: the door (doors/openai/routes.py) reads the HTTP request, calls the service and sends what
 these functions build. The last user message is the task; everything else (instructions, system and developer
 messages, earlier turns, tool calls and their outputs) becomes the run's context, in order, labelled by role.
 """

@@ -2,7 +2,7 @@
 
 Everything shown comes from models, tasks or pool files and is untrusted: every value passes through `_e`
 (html.escape, quotes included) or `_u` (URL-quoting for path segments); model outputs are rendered as sanitised
-markdown (doors/viewer_markdown.py: no raw HTML, no images, http(s) and mailto links only) with the raw text one
+markdown (doors/viewer/markdown.py: no raw HTML, no images, http(s) and mailto links only) with the raw text one
 click away. The pages carry no inline script or style (the CSP forbids both); the small script in
 static/viewer.js only swaps server-rendered fragments in.
 """
@@ -16,10 +16,10 @@ from urllib.parse import quote, urlencode
 
 from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
 from conductor_mcp.doors.render import worker_choice
-from conductor_mcp.doors.viewer_list import ListPage
-from conductor_mcp.doors.viewer_markdown import output_html
-from conductor_mcp.doors.viewer_svg import source_key, timeline_svg, workflow_svg
-from conductor_mcp.doors.viewer_work import work_section
+from conductor_mcp.doors.viewer.list_page import ListPage
+from conductor_mcp.doors.viewer.markdown import output_html
+from conductor_mcp.doors.viewer.svg import source_key, timeline_svg, workflow_svg
+from conductor_mcp.doors.viewer.work import work_section
 
 
 def _e(value: object) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conductor_mcp.access import Reads
 from conductor_mcp.errors import RequestError
+from conductor_mcp.service.access import Reads
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A door like the others: it reads runs through a RunReader (the service under `se
 under `conductor-mcp view`), never writes one, and renders them. Live updates are server-sent events fed by the
 reader's `follow`: the same progress events the MCP door reports for runs executing here or on a replica, and
 the store's changes for a run executing in another process. The browser never polls. Sign-in: the bearer
-header, or a session cookie (a new, expiring, revocable session per login: doors/viewer_sessions.py) set from a
+header, or a session cookie (a new, expiring, revocable session per login: doors/viewer/sessions.py) set from a
 one-time login code (single-use, expires, not the token) or from the token posted in a form body (wrong ones
 are throttled); the token never travels in a URL. POST /ui/logout ends the session.
 """
@@ -22,20 +22,20 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from conductor_mcp.access import Reads
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.principal import LOCAL, Principal
 from conductor_mcp.core.records import RUN_STATUSES
-from conductor_mcp.doors import viewer_html as html
-from conductor_mcp.doors.auth_guard import AuthThrottle
-from conductor_mcp.doors.principals import Credentials, current_principal, reads
-from conductor_mcp.doors.viewer_list import list_page
-from conductor_mcp.doors.viewer_sessions import SESSION_TTL_S, Sessions
+from conductor_mcp.doors.http.auth import AuthThrottle
+from conductor_mcp.doors.http.principals import Credentials, current_principal, reads
+from conductor_mcp.doors.viewer import html as html
+from conductor_mcp.doors.viewer.list_page import list_page
+from conductor_mcp.doors.viewer.sessions import SESSION_TTL_S, Sessions
 from conductor_mcp.errors import ConductorError, RequestError, RunNotFound, StepNotFound, StoreError
-from conductor_mcp.tokens import TokenBook
+from conductor_mcp.service.access import Reads
+from conductor_mcp.service.tokens import TokenBook
 
 if TYPE_CHECKING:
-    from conductor_mcp.reader import RunReader
+    from conductor_mcp.service.reader import RunReader
 
 Guard = Callable[[Request], Awaitable[Response | None]]
 Handler = Callable[[Request], Awaitable[Response]]
@@ -57,10 +57,10 @@ PAGE_SIZE = 50
 
 
 class ViewerAuth:
-    """How a browser signs in to the viewer: one-time login codes, then a session cookie (doors/viewer_sessions.py)
+    """How a browser signs in to the viewer: one-time login codes, then a session cookie (doors/viewer/sessions.py)
     that names the principal who signed in; the tokens the server accepts (`credentials`: the admin token and
     the named ones in `tokens`); and the record of failed token sign-ins that every door shares
-    (doors/auth_guard.py)."""
+    (doors/http/auth.py)."""
 
     def __init__(
         self, token: str | None, session_ttl_s: float = SESSION_TTL_S, tokens: TokenBook | None = None

@@ -4,7 +4,7 @@ A session is `<id>.<principal>.<expiry>.<mac>`: 128 random bits, the name of the
 (core/principal.py: the viewer shows it that principal's runs only), the Unix time it ends (SESSION_TTL_S after
 the login), and an HMAC of all three under a key derived from the server's admin token. So every replica and
 restart that shares the token accepts it (no session table to share), and changing the token ends every session;
-revoking the named token a session signed in with ends it too (doors/viewer.py asks the token file). Signing out
+revoking the named token a session signed in with ends it too (doors/viewer/routes.py asks the token file). Signing out
 revokes the id in this process (until it would have expired anyway); other replicas keep accepting it until
 then, which the README says.
 

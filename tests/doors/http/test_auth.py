@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.auth_guard import MAX_FAILURES, token_weakness
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.doors.viewer import ViewerAuth
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
+from conductor_mcp.doors.http.auth import MAX_FAILURES, token_weakness
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.doors.viewer.routes import ViewerAuth
 from conductor_mcp.errors import RequestError
 from conductor_mcp.models.local import free_port
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import INITIALIZE, MCP_ACCEPT, in_service, server_env
 
 TOKEN = "auth-t0ken-for-the-tests-0123456789-abcdefgh"
@@ -174,7 +174,7 @@ async def test_wrong_tokens_are_throttled_per_client(tmp_path: Path) -> None:
 
 
 async def test_named_tokens_are_throttled_and_refused_as_the_admin_token_is(tmp_path: Path) -> None:
-    from conductor_mcp.tokens import TokenBook
+    from conductor_mcp.service.tokens import TokenBook
 
     book = TokenBook(tmp_path / "tokens.json")
     named = book.add("alice")

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.service import Service
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.service import Service
 from tests.conftest import MCP_ACCEPT, HttpServer
 
 TOKEN = "http-limits-t0ken-for-the-tests-0123456789"

@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, machine_names, stored_token
-from conductor_mcp.doors.mcp import build_server
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app, machine_names, stored_token
+from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import SettingsError
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import INITIALIZE
 
 TOKEN = "t0ken-for-the-tests-0123456789-abcdefghij"  # strong enough to serve beyond loopback

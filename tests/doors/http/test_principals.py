@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import INITIALIZE, MCP_ACCEPT, HttpServer, server_env, sim_pool_doc, write_pool
-from tests.doors.test_tasks import HttpTasksClient
+from tests.doors.mcp.test_tasks import HttpTasksClient
 
 pytestmark = [pytest.mark.slow]
 
@@ -184,7 +184,7 @@ async def test_mcp_tools_and_resources_show_a_principal_its_own_runs_only(team: 
 
 
 def test_an_mcp_session_answers_only_the_principal_that_opened_it(team: Team) -> None:
-    """The SDK binds a session to the principal of the AccessToken that opened it (doors/principals.py)."""
+    """The SDK binds a session to the principal of the AccessToken that opened it (doors/http/principals.py)."""
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
     with team.http("alice") as alice, team.http("bob") as bob:
         opened = alice.post("/mcp", json=INITIALIZE, headers=MCP_ACCEPT)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor_mcp.doors import bounded_stdin
+from conductor_mcp.doors.mcp import stdin as bounded_stdin
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64 * 1024])

@@ -13,9 +13,9 @@ import pytest
 from mcp.client import Client
 from mcp_types import CreateMessageRequestParams, CreateMessageResult, TextContent
 
-from conductor_mcp.doors.host_sampling import host_of
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.service import Service
+from conductor_mcp.doors.mcp.sampling import host_of
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool, sim_pool_doc, write_pool
 
 HOST = {
@@ -168,7 +168,7 @@ def test_pool_files_bound_what_a_host_worker_may_say() -> None:
 def test_the_builtin_host_pool_falls_back_to_the_local_model_without_sampling() -> None:
     from conductor_mcp.config import builtin_pool_dir
     from conductor_mcp.core.choice import allowed_ids
-    from conductor_mcp.pools import load_pool
+    from conductor_mcp.service.catalogue import load_pool
 
     pool = load_pool("host", [builtin_pool_dir()])
     assert pool.get("host").is_host() and pool.get("host").fallbacks == ["answerer"]
@@ -182,7 +182,7 @@ async def test_the_run_holds_the_session_no_longer_than_it_runs(
     import gc
     import weakref
 
-    from conductor_mcp.doors import mcp as mcp_door
+    from conductor_mcp.doors.mcp import server as mcp_door
 
     made: list[weakref.ref[Any]] = []
 

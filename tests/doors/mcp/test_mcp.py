@@ -10,8 +10,8 @@ import pytest
 from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.service import Service
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool
 
 MODES = ["auto", "legacy"]

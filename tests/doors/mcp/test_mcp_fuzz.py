@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.client import Client
 
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.service import Service
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.service import Service
 
 TOOLS = {
     "orchestrate": ["task", "pool", "max_steps", "context", "wait_seconds", "max_usd", "max_tokens", "self_correct"],

@@ -18,12 +18,12 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from conductor_mcp.cli import main
+from conductor_mcp.cli.commands import main
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, is_loopback
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
-from conductor_mcp.reader import RunReader
-from conductor_mcp.service import Service
+from conductor_mcp.service.reader import RunReader
+from conductor_mcp.service.service import Service
 from tests.conftest import (
     INITIALIZE,
     MCP_ACCEPT,
@@ -191,7 +191,7 @@ def test_no_auth_refuses_a_host_beyond_loopback_and_a_configured_token(
 
 
 async def test_binding_beyond_loopback_requires_a_token(tmp_path: Path) -> None:
-    from conductor_mcp.doors.mcp import build_server
+    from conductor_mcp.doors.mcp.server import build_server
 
     async with Service.open(Settings.from_env(state_dir=tmp_path)) as service:
         server = build_server(service)
@@ -346,7 +346,7 @@ async def test_continue_workflow_follows_a_run_executing_in_another_server_proce
     """Two servers on one state directory: a run started on one is collected to its end through the other, with its
     progress, while it keeps executing where it started. Before, the second server refused: 'running in another
     server process'."""
-    from conductor_mcp.doors.mcp import build_server
+    from conductor_mcp.doors.mcp.server import build_server
 
     write_pool(pool_dir, slow_pool_doc("slowish", first_token_s=0.4))
     task = {"task": "Prove that there are infinitely many primes, step by step.", "pool": "slowish"}

@@ -114,7 +114,7 @@ def _codex_exec(codex_home: Path, port: int, task: str) -> list[str]:
 
 def _last_run_id(tmp_path: Path) -> str:
     from conductor_mcp.config import Settings
-    from conductor_mcp.reader import RunReader
+    from conductor_mcp.service.reader import RunReader
 
     with RunReader.open(Settings.from_env(state_dir=tmp_path / "state")) as reader:
         rows = reader.list_runs(1)

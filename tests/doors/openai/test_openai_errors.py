@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conductor_mcp.config import Settings
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.doors.openai_wire import chat_request, chat_tool_reply, responses_request, responses_tool_reply
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.doors.openai.wire import chat_request, chat_tool_reply, responses_request, responses_tool_reply
 from conductor_mcp.errors import ConductorError
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import sim_pool_doc, write_pool
 
 TOKEN = "openai-errors-t0ken-for-the-tests-0123456789"

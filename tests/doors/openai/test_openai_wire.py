@@ -8,8 +8,8 @@ import pytest
 
 from conductor_mcp.core.limits import MAX_CONTEXT_CHARS
 from conductor_mcp.core.request import RunRequest
-from conductor_mcp.doors.openai_replies import run_of_response
-from conductor_mcp.doors.openai_wire import chat_request, chat_tool_reply, responses_request, responses_tool_reply
+from conductor_mcp.doors.openai.replies import run_of_response
+from conductor_mcp.doors.openai.wire import chat_request, chat_tool_reply, responses_request, responses_tool_reply
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
 

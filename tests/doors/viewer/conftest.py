@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conductor_mcp.config import Settings
-from conductor_mcp.service import Service
+from conductor_mcp.service.service import Service
 from tests.conftest import sim_pool_doc, write_pool
 
 

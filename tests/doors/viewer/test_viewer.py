@@ -16,12 +16,12 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
-from conductor_mcp.doors.http import BearerTokenMiddleware, http_app, viewer_links
+from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app, viewer_links
 from conductor_mcp.doors.links import Links
-from conductor_mcp.doors.mcp import build_server
-from conductor_mcp.doors.viewer import ViewerAuth
-from conductor_mcp.doors.viewer_sessions import COOKIE
-from conductor_mcp.service import Service
+from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.doors.viewer.routes import ViewerAuth
+from conductor_mcp.doors.viewer.sessions import COOKIE
+from conductor_mcp.service.service import Service
 from tests.conftest import (
     INITIALIZE,
     MCP_ACCEPT,
@@ -210,8 +210,8 @@ def test_view_refuses_an_unknown_run_before_serving(tmp_path: Path) -> None:
 
 async def test_view_serves_the_local_user_who_sees_every_principals_runs(viewer_service: Service) -> None:
     """`conductor-mcp view`'s app (doors/http.viewer_app): its own token is the local user's, an admin."""
-    from conductor_mcp.doors.http import viewer_app
-    from conductor_mcp.reader import RunReader
+    from conductor_mcp.doors.http.app import viewer_app
+    from conductor_mcp.service.reader import RunReader
 
     for run_id, principal in (("a1", "alice"), ("b1", "bob")):
         run = Run(

@@ -247,7 +247,7 @@ def test_markdown_output_renders_and_its_payloads_run_nothing(browser: Any, tmp_
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
 
-    from tests.doors.test_viewer_markdown import EVIL, MARKDOWN
+    from tests.doors.viewer.test_viewer_markdown import EVIL, MARKDOWN
 
     writer = {"id": "md", "model": "openai/md", "params": {"mock_response": MARKDOWN + EVIL}, "description": "md"}
     scripted_pool(pool_dir, "md", [("md", "write", [])], anonymize=False, workers=[writer], simulation=None)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conductor_mcp.doors.viewer_markdown import MAX_RENDERED_CHARS, output_html
-from conductor_mcp.service import Service
+from conductor_mcp.doors.viewer.markdown import MAX_RENDERED_CHARS, output_html
+from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, scripted_pool, sim_pool_doc
-from tests.doors.test_viewer import BEARER, serving, stored
+from tests.doors.viewer.test_viewer import BEARER, serving, stored
 
 MARKDOWN = """## Plan
 1. **sort** the list
@@ -124,7 +124,7 @@ async def test_the_list_pages_newer_and_older_with_a_total(viewer_service: Servi
 
 
 def test_a_diff_is_shown_line_by_line_classed_and_escaped() -> None:
-    from conductor_mcp.doors.viewer_work import diff_html
+    from conductor_mcp.doors.viewer.work import diff_html
 
     header = ["diff --git a/x b/x", "--- a/x", "+++ b/x", "@@ -1 +1 @@"]
     diff = "\n".join([*header, "-old", "--- a removed SQL comment", '+<script>window.__xss="diff"</script>', " same"])
