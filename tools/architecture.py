@@ -1,13 +1,17 @@
-"""Measure the package's shape from its source: modules, import cycles, upward imports, import depth, what core/
-may touch, and the longest modules and functions. Reads files only (ast); imports nothing from the package.
+"""Measure the package's shape from its source: modules, import cycles, the import rules between its folders,
+import depth, what core/ may touch, and the longest functions. Reads files only (ast); imports nothing from the
+package.
 
     python tools/architecture.py [PACKAGE_DIR]      # default: conductor_mcp next to this folder
 
-Layers, lowest first: a module may import from its own layer and the ones below, never from above. Imports under
-`if TYPE_CHECKING:` count too: an annotation that points up or round in a circle is the same coupling. The doors
-and learning are separate layers, learning on top, so nothing that serves requests imports the training code.
-core/ holds data and pure functions: it imports nothing that does I/O or reads the environment, and calls no
-`open`, `print` or `input`.
+The folders are the layers. `REACH` says, for each folder, which others its modules may import; nothing else is
+allowed, so each forbidden import is named by its kind: upward (into a higher layer), sideways (into a sibling on the
+same layer: models, runs, agents and telemetry do not know each other), or past the service (a door or the CLI
+reaching below the service, to the engine, models, runs, agents or telemetry). Imports under `if TYPE_CHECKING:`
+count too: an annotation that points up or round in a circle is the same coupling. Learning sits on top, beside
+nothing that serves requests. core/ holds data and pure functions: it imports nothing that does I/O or reads the
+environment, and calls no `open`, `print` or `input`. Modules are sized by their idea, so no line count is enforced;
+functions longer than `MAX_FUNCTION_LINES` are refused.
 """
 
 from __future__ import annotations
@@ -19,17 +23,34 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Folders (or root modules) lowest first; a package's root __init__ is its public face and may import anything.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "config", "runtime"),
-    ("logs", "lifetimes", "isolation", "private"),
+    ("errors", "config"),
+    ("runtime",),
     ("core",),
     ("models", "runs", "agents", "telemetry"),
     ("engine",),
-    ("pools", "reader", "service", "context_files", "tokens", "access"),
+    ("service",),
     ("doors",),
     ("learning",),
-    ("cli", "__main__", "cli_output", "cli_progress", "cli_serve", "cli_tokens", "hosts", "host_config"),
+    ("cli", "__main__"),
 )
+_BASE = frozenset({"core", "runtime", "errors", "config"})
+_MEMBERS = frozenset({"models", "runs", "agents", "telemetry"})
+# Which folders each folder may import (its own always).
+REACH: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "config": frozenset({"errors"}),
+    "runtime": frozenset({"errors", "config"}),
+    "core": frozenset({"errors"}),
+    **{member: _BASE for member in _MEMBERS},
+    "engine": _BASE | _MEMBERS,
+    "service": _BASE | _MEMBERS | {"engine"},
+    "doors": _BASE | {"service"},
+    "learning": _BASE | _MEMBERS | {"engine", "service"},
+    "cli": _BASE | {"service", "doors"},
+    "__main__": frozenset({"cli"}),
+}
 # What core/ may not import: modules that do I/O, start work, keep time-dependent state, or read the environment.
 CORE_FORBIDDEN = frozenset(
     {
@@ -50,13 +71,12 @@ CORE_FORBIDDEN = frozenset(
         "litellm",
         "psycopg",
         "conductor_mcp.config",
-        "conductor_mcp.runtime.logs",
+        "conductor_mcp.runtime",
     }
 )
 CORE_FORBIDDEN_CALLS = {"open", "print", "input"}
-MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# The size limits count lines as the formatter writes them: a formatter opt-out that packs code defeats them.
+# The function limit counts lines as the formatter writes them: a formatter opt-out that packs code defeats it.
 FORMATTER_OPT_OUT = re.compile(r"#\s*fmt:\s*(skip|off)\b")
 
 
@@ -141,22 +161,33 @@ def cycles(imports: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layer_of(module: str) -> int | None:
+def room_of(module: str) -> str | None:
+    """The folder (or root module) a module lives in; None for the package's root __init__."""
     parts = module.split(".")
-    room = parts[1] if len(parts) > 1 else parts[0]
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer_of(room: str) -> int | None:
     for level, rooms in enumerate(LAYERS):
         if room in rooms:
             return level
     return None
 
 
-def upward(imports: dict[str, set[str]]) -> list[str]:
-    found = []
+def forbidden(imports: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Every import REACH does not allow, by kind: upward, sideways, past the service."""
+    found: dict[str, list[str]] = {"upward": [], "sideways": [], "past the service": []}
     for source, targets in sorted(imports.items()):
+        room = room_of(source)
+        if room is None or room not in REACH:
+            continue
         for target in sorted(targets):
-            low, high = layer_of(source), layer_of(target)
-            if low is not None and high is not None and high > low:
-                found.append(f"{source} -> {target}")
+            other = room_of(target)
+            if other is None or other == room or other in REACH[room] or other not in REACH:
+                continue
+            low, high = layer_of(room), layer_of(other)
+            kind = "upward" if (high or 0) > (low or 0) else "sideways" if high == low else "past the service"
+            found[kind].append(f"{source} -> {target}")
     return found
 
 
@@ -166,9 +197,10 @@ def impure_core(shape: Shape, package: str) -> list[str]:
     for module in sorted(shape.modules):
         if not module.startswith(f"{package}.core"):
             continue
-        roots = {name for name in shape.external[module]} | {name.split(".")[0] for name in shape.external[module]}
-        for bad in sorted(roots & CORE_FORBIDDEN):
-            found.append(f"{module} imports {bad}")
+        imported = shape.external[module]
+        for bad in sorted(CORE_FORBIDDEN):
+            if any(name == bad or name.startswith(f"{bad}.") for name in imported):
+                found.append(f"{module} imports {bad}")
         for bad in sorted(shape.calls[module] & CORE_FORBIDDEN_CALLS):
             found.append(f"{module} calls {bad}()")
     return found
@@ -189,31 +221,37 @@ def depth(imports: dict[str, set[str]]) -> int:
 
 
 def report(package: Path) -> tuple[str, bool]:
-    """The measures as text, and whether every target holds."""
+    """The measures as text, and whether every rule holds."""
     shape = measure(package)
-    found_cycles, found_upward = cycles(shape.imports), upward(shape.imports)
+    found_cycles, found = cycles(shape.imports), forbidden(shape.imports)
     lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in shape.modules.items()}
-    big_modules = sorted(((n, name) for name, n in lines.items() if n > MAX_MODULE_LINES), reverse=True)
+    largest = max(lines.items(), key=lambda item: item[1], default=("-", 0))
     long_functions = sorted((f for f in shape.functions if f[0] > MAX_FUNCTION_LINES), reverse=True)
     longest = max(shape.functions, default=(0, "-"))
-    unlayered = sorted(m for m in shape.modules if layer_of(m) is None and m != package.name)
+    rooms = {room_of(m) for m in shape.modules} - {None}
+    unlayered = sorted(m for m in shape.modules if (room := room_of(m)) is not None and room not in REACH)
     impure = impure_core(shape, package.name)
     sources = {name: path.read_text(encoding="utf-8") for name, path in shape.modules.items()}
     opt_outs = sorted(name for name, source in sources.items() if FORMATTER_OPT_OUT.search(source))
+    layers = [
+        "  "
+        + "  |  ".join(f"{room} ({sum(room_of(m) == room for m in shape.modules)})" for room in level if room in rooms)
+        for level in reversed(LAYERS)
+    ]
     text = [
-        f"modules: {len(shape.modules)}",
+        f"modules: {len(shape.modules)} in {len(rooms)} folders and root modules; layers, top first:",
+        *layers,
         f"import depth: {depth(shape.imports)} modules",
         f"import cycles: {len(found_cycles)}" + "".join(f"\n  {' <-> '.join(c)}" for c in found_cycles),
-        f"upward imports: {len(found_upward)}" + "".join(f"\n  {u}" for u in found_upward),
+        *(f"imports {kind}: {len(edges)}" + "".join(f"\n  {edge}" for edge in edges) for kind, edges in found.items()),
         f"modules outside the layers: {len(unlayered)}" + "".join(f"\n  {m}" for m in unlayered),
         f"core modules doing I/O or reading the environment: {len(impure)}" + "".join(f"\n  {m}" for m in impure),
-        f"largest module: {max(lines.values())} lines; over {MAX_MODULE_LINES}: "
-        + (", ".join(f"{name} ({n})" for n, name in big_modules) or "none"),
+        f"largest module: {largest[0]} ({largest[1]} lines)",
         f"longest function: {longest[1]} ({longest[0]} lines); over {MAX_FUNCTION_LINES}: "
         + (", ".join(f"{name} ({n})" for n, name in long_functions) or "none"),
         f"modules with formatter opt-outs (fmt: skip/off): {len(opt_outs)}" + "".join(f"\n  {m}" for m in opt_outs),
     ]
-    ok = not (found_cycles or found_upward or unlayered or impure or big_modules or long_functions or opt_outs)
+    ok = not (found_cycles or any(found.values()) or unlayered or impure or long_functions or opt_outs)
     return "\n".join(text), ok
 
 

@@ -178,20 +178,13 @@ def _mib(size: int) -> str:
 
 def _prune(args: argparse.Namespace, settings: Settings) -> int:
     """Retention: nothing removes runs on its own, so old ones are deleted here, by age and status."""
-    import datetime as dt
-
-    from conductor_mcp.runs.backends import open_store
+    from conductor_mcp.service.upkeep import prune_runs
 
     if args.older_than < 0:
         raise RequestError(f"--older-than: must be 0 or more days, got {args.older_than}")
-    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=args.older_than)
-    store = open_store(settings)
-    try:
-        pruned = store.prune(cutoff.isoformat(timespec="milliseconds"), args.status, args.dry_run)
-    finally:
-        store.close()
+    pruned, location = prune_runs(settings, args.older_than, args.status, args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
-    _say(f"{verb} {pruned.runs} runs ({_mib(pruned.data_bytes)} of run data) from {store.location}")
+    _say(f"{verb} {pruned.runs} runs ({_mib(pruned.data_bytes)} of run data) from {location}")
     if not args.dry_run and pruned.runs:
         _say(f"store size: {_mib(pruned.size_before)} -> {_mib(pruned.size_after)} (vacuumed)")
     return EXIT_OK
@@ -245,9 +238,9 @@ def _doctor(settings: Settings) -> int:
 
 
 def _doctor_embedded(settings: Settings) -> bool:
-    from conductor_mcp.models import local
+    from conductor_mcp.service.upkeep import embedded_model_report
 
-    usable, line = local.doctor_report(settings.state_dir)
+    usable, line = embedded_model_report(settings.state_dir)
     if line:
         _say(line)
     return usable
@@ -256,9 +249,9 @@ def _doctor_embedded(settings: Settings) -> bool:
 def _doctor_store(settings: Settings) -> int:
     """The run store's backend, reachability, schema version, size and contents; a store that cannot be opened
     is reported, not a traceback."""
-    from conductor_mcp.runs.backends import store_info
+    from conductor_mcp.service.upkeep import describe_store
 
-    info = store_info(settings)
+    info = describe_store(settings)
     _say(f"run store: {info.backend} at {info.location}")
     stats = info.stats
     if stats is None:
@@ -272,9 +265,9 @@ def _doctor_store(settings: Settings) -> int:
 
 
 def _local(args: argparse.Namespace, settings: Settings) -> int:
-    from conductor_mcp.models import local
+    from conductor_mcp.service.upkeep import manage_embedded_model
 
-    _say(local.manage(args.action, args.model, settings.state_dir))
+    _say(manage_embedded_model(args.action, args.model, settings.state_dir))
     return EXIT_OK
 
 

@@ -35,14 +35,14 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
             settle_collector()
-            with metrics_port(service.telemetry.metrics, scrape_port):
+            with metrics_port(service, scrape_port):
                 await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp.server import serve_stdio
 
         async with Service.open(settings) as service:
             settle_collector()
-            with metrics_port(service.telemetry.metrics, scrape_port):
+            with metrics_port(service, scrape_port):
                 await serve_stdio(service)
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -18,17 +19,31 @@ from prometheus_client.registry import Collector
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.records import Attempt, Run, StepRecord
 from conductor_mcp.errors import StoreError
-from conductor_mcp.runs.leases import Liveness
-from conductor_mcp.runs.store import Store
 
 STEP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 RUN_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
+class StoreHealth(Protocol):
+    """What a scrape reads of the run store (runs/store.py's Store): its backend and its failures so far."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def failures(self) -> int: ...
+
+
+class Replicas(Protocol):
+    """What a scrape reads of the leases (runs/leases.py's Liveness): how many processes hold one now."""
+
+    def live_count(self) -> int: ...
+
+
 class Metrics:
     """The service's counters, gauges and histograms (names start `conductor_`; see README, Metrics)."""
 
-    def __init__(self, store: Store, liveness: Liveness) -> None:
+    def __init__(self, store: StoreHealth, liveness: Replicas) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.runs_started = Counter("conductor_runs_started", "Run executions started", ["pool"], registry=r)
@@ -122,7 +137,7 @@ class StoreCollector(Collector):
     """Read at scrape time: the store's errors since the service opened it, and how many processes hold a lease
     on the store (the replicas alive)."""
 
-    def __init__(self, store: Store, liveness: Liveness) -> None:
+    def __init__(self, store: StoreHealth, liveness: Replicas) -> None:
         self.store = store
         self.liveness = liveness
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.records import Run
-from conductor_mcp.runs.leases import Liveness
-from conductor_mcp.runs.store import Store
 from conductor_mcp.runtime.logs import get_logger
-from conductor_mcp.telemetry.metrics import Metrics
+from conductor_mcp.telemetry.metrics import Metrics, Replicas, StoreHealth
 
 if TYPE_CHECKING:
     from conductor_mcp.telemetry.traces import RunTrace, Tracing
@@ -26,11 +24,17 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 
+class TracedStore(StoreHealth, Protocol):
+    """What telemetry reads of the run store: its health for the metrics, and a step's messages for its span."""
+
+    def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None: ...
+
+
 class Telemetry:
     """The service's metrics (always) and traces (when OTEL_EXPORTER_OTLP_ENDPOINT is set); `close` flushes
     the traces still buffered. Made and closed by the service's lifespan."""
 
-    def __init__(self, settings: Settings, store: Store, liveness: Liveness) -> None:
+    def __init__(self, settings: Settings, store: TracedStore, liveness: Replicas) -> None:
         self.metrics = Metrics(store, liveness)
         self.tracing: Tracing | None = None
         if settings.otlp_endpoint or settings.otlp_traces_endpoint:

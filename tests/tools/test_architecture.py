@@ -1,4 +1,4 @@
-"""The layered layout holds: no import cycle, no upward import, no module or function past its size limit."""
+"""The layered layout holds: no import cycle, no import its folder's rules forbid, no function past its size limit."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ def test_the_package_keeps_its_layers() -> None:
         [sys.executable, str(ROOT / "tools" / "architecture.py")], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "import cycles: 0" in result.stdout and "upward imports: 0" in result.stdout
+    for rule in ("import cycles: 0", "imports upward: 0", "imports sideways: 0", "imports past the service: 0"):
+        assert rule in result.stdout, result.stdout
 
 
 def test_an_upward_import_is_caught(tmp_path: Path) -> None:
@@ -88,3 +89,29 @@ def test_code_packed_past_the_formatter_is_caught(tmp_path: Path) -> None:
     assert (
         result.returncode == 1 and "formatter opt-outs (fmt: skip/off): 1\n  conductor_mcp.engine.run" in result.stdout
     )
+
+
+def test_siblings_importing_each_other_are_caught(tmp_path: Path) -> None:
+    result = _package(tmp_path, {"runs/store.py": "X = 1\n", "telemetry/metrics.py": "from ..runs.store import X\n"})
+    assert result.returncode == 1
+    assert "imports sideways: 1\n  conductor_mcp.telemetry.metrics -> conductor_mcp.runs.store" in result.stdout
+
+
+def test_a_door_reaching_past_the_service_is_caught(tmp_path: Path) -> None:
+    below = ("agents", "models", "runs", "engine", "telemetry")
+    files = {f"{room}/x.py": "X = 1\n" for room in below}
+    files["doors/patches.py"] = "".join(f"from conductor_mcp.{room}.x import X\n" for room in below)
+    result = _package(tmp_path, files)
+    assert result.returncode == 1 and "imports past the service: 5" in result.stdout, result.stdout
+    for room in below:
+        assert f"conductor_mcp.doors.patches -> conductor_mcp.{room}.x" in result.stdout
+
+
+def test_the_cli_reaching_past_the_service_is_caught(tmp_path: Path) -> None:
+    result = _package(tmp_path, {"models/local.py": "X = 1\n", "cli/commands.py": "from ..models import local\n"})
+    assert result.returncode == 1 and "conductor_mcp.cli.commands -> conductor_mcp.models.local" in result.stdout
+
+
+def test_a_module_at_the_package_root_is_caught(tmp_path: Path) -> None:
+    result = _package(tmp_path, {"config.py": "X = 1\n", "errors.py": "", "hosts.py": "from .config import X\n"})
+    assert result.returncode == 1 and "modules outside the layers: 1\n  conductor_mcp.hosts" in result.stdout

@@ -212,7 +212,7 @@ def http_app(
         guard = TransportSecurityMiddleware(security)
         app.router.routes.extend(openai_routes(service, lambda request: guard.validate_request(request), links))
         app.router.routes.extend(viewer_routes(service, viewer, lambda request: guard.validate_request(request)))
-        app.router.routes.extend(metrics_routes(service.telemetry.metrics, lambda r: guard.validate_request(r)))
+        app.router.routes.extend(metrics_routes(service, lambda r: guard.validate_request(r)))
     app.add_middleware(BodyLimit)
     return BearerTokenMiddleware(app, viewer) if token else app
 

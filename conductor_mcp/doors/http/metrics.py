@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from conductor_mcp.doors.http.principals import current_principal
 from conductor_mcp.runtime.logs import get_logger
-from conductor_mcp.telemetry.metrics import Metrics
+from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -22,7 +22,7 @@ LOOPBACK = "127.0.0.1"
 ADMIN_ONLY = "/metrics needs an admin's token (CONDUCTOR_HTTP_TOKEN, or conductor-mcp tokens add NAME --admin)"
 
 
-def metrics_routes(metrics: Metrics, guard: Callable[[Request], Awaitable[Response | None]]) -> list[Route]:
+def metrics_routes(service: Service, guard: Callable[[Request], Awaitable[Response | None]]) -> list[Route]:
     """GET /metrics: the service's registry in Prometheus' text format."""
 
     async def scrape(request: Request) -> Response:
@@ -31,18 +31,18 @@ def metrics_routes(metrics: Metrics, guard: Callable[[Request], Awaitable[Respon
             return refused
         if not current_principal().admin:  # every user's runs are in the counts: pools, workers, spend
             return JSONResponse({"error": ADMIN_ONLY}, status_code=403)
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(service.telemetry.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return [Route("/metrics", scrape, methods=["GET"])]
 
 
 @contextlib.contextmanager
-def metrics_port(metrics: Metrics, port: int | None) -> Iterator[int | None]:
+def metrics_port(service: Service, port: int | None) -> Iterator[int | None]:
     """Serve the metrics on `LOOPBACK:port` (0: a free port) for as long as the block lasts; yields the port."""
     if port is None:
         yield None
         return
-    server, thread = start_http_server(port, addr=LOOPBACK, registry=metrics.registry)
+    server, thread = start_http_server(port, addr=LOOPBACK, registry=service.telemetry.metrics.registry)
     bound = int(server.server_address[1])
     log.info("metrics_listening", url=f"http://{LOOPBACK}:{bound}/metrics", auth="none")
     try:

@@ -15,9 +15,9 @@ from conductor_mcp.core.outcome import BUDGETS, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
 from conductor_mcp.core.usage import CostEstimate, Totals
-from conductor_mcp.doors.patches import PatchSummary, patch_summary
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.service.catalogue import PoolSummary
+from conductor_mcp.service.patches import PatchSummary, patch_summary
 
 MARKDOWN_LIMIT = 30_000  # characters, about 8,000 tokens
 ANSWER_LIMIT_CHARS = 40_000  # about 10,000 tokens: with the step summaries a result stays under ~20,000 tokens

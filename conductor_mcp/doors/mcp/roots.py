@@ -10,10 +10,10 @@ from mcp.server.mcpserver import Context
 
 from conductor_mcp.core.prompts import with_files
 from conductor_mcp.core.request import FileRef
-from conductor_mcp.doors.patches import wants_workspace
 from conductor_mcp.errors import RequestError
 from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.service.files import effective_roots, read_context_files, roots_from_uris, workspace_in_roots
+from conductor_mcp.service.patches import wants_workspace
 from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)

@@ -56,10 +56,10 @@ from conductor_mcp.doors.mcp.roots import caller_roots, context_with_files, work
 from conductor_mcp.doors.mcp.sampling import host_of
 from conductor_mcp.doors.mcp.stdin import bounded_stdin
 from conductor_mcp.doors.mcp.tasks import TasksExtension, hand_over
-from conductor_mcp.doors.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
 from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
@@ -150,7 +150,7 @@ class Door:
     ) -> CallToolResult:
         """A started run as the tool's result: a Tasks client's call (doors/mcp/tasks.py) hands it over at once, any
         other waits up to `wait_seconds`. `cancel_on_exit`: the caller started the run, so its going away cancels
-        it. `apply`: the run's final patch is applied to the caller's tree (see doors/patches.py)."""
+        it. `apply`: the run's final patch is applied to the caller's tree (see service/patches.py)."""
         if not hand_over(run, detail):
             run = await access(self.service).wait(
                 run.id,

@@ -10,8 +10,8 @@ from typing import Any
 from conductor_mcp.core.client_tools import final_record
 from conductor_mcp.core.outcome import BUDGETS
 from conductor_mcp.core.records import Run, ToolCall
-from conductor_mcp.doors.patches import patch_metadata
 from conductor_mcp.errors import RequestError
+from conductor_mcp.service.patches import patch_metadata
 
 RESPONSE_ID = re.compile(r"^resp_([0-9A-Za-z]{1,64})(?:_\d{1,6})?$")
 

@@ -41,7 +41,6 @@ from conductor_mcp.doors.openai.wire import (
     responses_request,
     responses_tool_reply,
 )
-from conductor_mcp.doors.patches import wants_workspace
 from conductor_mcp.errors import (
     BudgetExhausted,
     ConductorError,
@@ -52,6 +51,7 @@ from conductor_mcp.errors import (
 )
 from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.service.files import workspace_in_roots
+from conductor_mcp.service.patches import wants_workspace
 
 if TYPE_CHECKING:
     from conductor_mcp.service.service import Service
