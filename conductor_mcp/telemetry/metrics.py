@@ -26,7 +26,7 @@ RUN_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 
 
 class Metrics:
-    """The service's counters, gauges and histograms (names start `conductor_`; see README, Metrics)."""
+    """The service's counters, gauges and histograms (names start `conductor_`; see docs/operate/observability.md)."""
 
     def __init__(self, store: Store, liveness: Liveness) -> None:
         self.registry = CollectorRegistry()
