@@ -31,13 +31,18 @@ def builtin_pool_dir() -> Path:
     return packaged if packaged.is_dir() else PACKAGE_DIR.parent / "pool_configs"
 
 
+def _user_state_dir() -> Path:
+    """The user's state directory (platformdirs), e.g. `~/.local/state/conductor-mcp` on Linux."""
+    return Path(platformdirs.user_state_dir("conductor-mcp"))
+
+
 class Settings(BaseSettings):
     """The server's settings. Environment variables are `CONDUCTOR_<FIELD>`; CLI flags override them."""
 
     model_config = SettingsConfigDict(env_prefix="CONDUCTOR_", frozen=True, extra="ignore")
 
     state_dir: Path = Field(
-        default_factory=lambda: Path(platformdirs.user_state_dir("conductor-mcp")),
+        default_factory=_user_state_dir,
         description="where runs, leases and local model servers' state live",
     )
     pool_path: Annotated[tuple[Path, ...], NoDecode] = Field(
@@ -47,7 +52,9 @@ class Settings(BaseSettings):
         default=(), description="directories `files` may be read from (a client's roots only narrow them); unset: cwd"
     )
     pool: str | None = Field(default=None, description="the default pool; unset: the first pool whose keys are all set")
-    log_level: str = Field(default="info", description="log level on stderr")
+    log_level: str = Field(
+        default="info", description="log level on stderr; unset, the CLI logs at warning but for serve"
+    )
     step_timeout_s: float = Field(default=600.0, gt=0, description="deadline of one step, retries included")
     server_max_tokens: int | None = Field(default=None, gt=0, description="tokens this process may spend on all runs")
     server_max_usd: float | None = Field(default=None, gt=0, description="USD this process may spend on all runs")

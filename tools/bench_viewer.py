@@ -10,7 +10,7 @@ their own ids, times, statuses and pools), then starts `conductor-mcp serve --ht
   over a kept-alive connection, with the server's own CPU per request read from /proc/<pid>/stat beside it (so
   the client's cost is not what is measured); target < 200 ms.
 
-With --screenshots DIR it also saves the pictures the README shows (the list and a run page, from a fresh store
+With --screenshots DIR it also saves the pictures the docs show (the list and a run page, from a fresh store
 of a few simulated runs).
 
     PYTHONPATH=. python tools/bench_viewer.py [--runs 10000] [--loads 7] [--requests 30] [--screenshots docs]
@@ -188,7 +188,7 @@ def benchmark(args: argparse.Namespace, root: Path) -> bool:
 
 
 def screenshots(directory: Path, root: Path) -> None:
-    """The README's pictures: the list of a few simulated runs, and the page of the one with the most steps (its
+    """The docs' pictures: the list of a few simulated runs, and the page of the one with the most steps (its
     last step opened). The simulated latencies run at a tenth of their nominal time, so the timeline has shape."""
     pool_dir = root / "shots-pools"
     pool_dir.mkdir()
@@ -226,7 +226,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10_000, help="stored runs beside the heavy one")
     parser.add_argument("--loads", type=int, default=7, help="browser loads of the run page (after one warm-up)")
     parser.add_argument("--requests", type=int, default=30, help="requests per run-list variant")
-    parser.add_argument("--screenshots", type=Path, help="also save the README's screenshots in this folder")
+    parser.add_argument("--screenshots", type=Path, help="also save the docs' screenshots in this folder (docs)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         ok = benchmark(args, Path(tmp))

@@ -224,7 +224,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--unsafe-local-exec",
         action="store_true",
-        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)",
+        help="where bubblewrap is missing, run code tasks' code unsandboxed (docs: Budgets, failures and security)",
     )
     return parser.parse_args(argv)
 

@@ -20,7 +20,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--unsafe-local-exec",
         action="store_true",
-        help="where bubblewrap is missing, run code tasks' code unsandboxed (README)",
+        help="where bubblewrap is missing, run code tasks' code unsandboxed (docs: Budgets, failures and security)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)

@@ -1,6 +1,6 @@
 """The structured testbed's rules: where a workflow's shape, instructions and access lists decide the answer.
 
-Rules we wrote (pool_configs/sim-structured.yaml sets the numbers; README "Structured simulator testbed"):
+Rules we wrote (pool_configs/sim-structured.yaml sets the numbers; docs/research/simulator.md):
 
 * specialists: a worker's skill depends on the task's domain; a hard task lowers it, an easy one raises it;
 * instructions matter: each task names a pitfall (``Pitfall: units``); a worker whose instruction names it

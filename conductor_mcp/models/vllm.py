@@ -104,7 +104,7 @@ def pool_settings(args: argparse.Namespace) -> str:
     An adapter from tools/train_conductor.py is served as it was trained: the conductor prompt its card names,
     and no grammar. It writes the JSON it learned, spaces included, and the no-whitespace grammar pushes it off
     that format: a served warm start picked its own greedy workers on 6 of 16 held-out tasks with the grammar,
-    15 of 16 without (README "A whole conductor on the structured testbed"). The server still validates it.
+    15 of 16 without (docs/research/training.md, "A whole conductor"). The server still validates it.
     """
     name, _, adapter = args.lora[0].partition("=") if args.lora else (args.served_model_name, "", "")
     lines = ["conductor:", f"  model: hosted_vllm/{name}", f"  api_base: http://{args.host}:{args.port}/v1"]

@@ -41,7 +41,7 @@ class Replicas(Protocol):
 
 
 class Metrics:
-    """The service's counters, gauges and histograms (names start `conductor_`; see README, Metrics)."""
+    """The service's counters, gauges and histograms (names start `conductor_`; see docs/operate/observability.md)."""
 
     def __init__(self, store: StoreHealth, liveness: Replicas) -> None:
         self.registry = CollectorRegistry()

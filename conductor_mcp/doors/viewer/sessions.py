@@ -6,7 +6,7 @@ the login), and an HMAC of all three under a key derived from the server's admin
 restart that shares the token accepts it (no session table to share), and changing the token ends every session;
 revoking the named token a session signed in with ends it too (doors/viewer/routes.py asks the token file). Signing out
 revokes the id in this process (until it would have expired anyway); other replicas keep accepting it until
-then, which the README says.
+then, which docs/use/viewer.md says.
 
 Cookies are not scoped by port: any server on the same host name (another local account's listener on another
 loopback port, say) receives the cookie when the browser visits it, and can replay it here until it expires or
