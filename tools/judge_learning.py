@@ -12,8 +12,8 @@ prefer_bundled_price_map()  # before the imports below load litellm
 import asyncio
 import sys
 
+from conductor_mcp.learning.comparison import markdown
 from conductor_mcp.learning.judge import judge, parse_args
-from conductor_mcp.learning.judging import markdown
 from conductor_mcp.runtime.logs import configure_logging
 
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conductor_mcp.core.agent_spec import AGENT_TIMEOUT_S, AgentCli, AgentSpec, SandboxMode, WorkspaceTool
-from conductor_mcp.core.host import HOST_MODEL, HOST_ONLY_FIELDS, HostPreferences, check_host_worker
+from conductor_mcp.core.host_model import HOST_MODEL, HOST_ONLY_FIELDS, HostPreferences, check_host_worker
 from conductor_mcp.core.limits import MAX_STEPS
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import PoolError

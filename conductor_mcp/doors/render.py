@@ -1,9 +1,12 @@
-"""Renderings people and calling models read: a markdown summary (answer first) and a mermaid topology."""
+"""Renderings people and calling models read: a markdown summary (answer first), a mermaid topology, and where a person
+can see a run (the viewer's address, when this server serves one: HTTP only)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from conductor_mcp.core.agent_records import StepWork
-from conductor_mcp.core.patches import final_work
+from conductor_mcp.core.final_work import final_work
 from conductor_mcp.core.records import Run, StepRecord
 
 
@@ -110,3 +113,14 @@ def _excerpt_block(text: str | None, limit: int) -> str:
         if len(text) <= limit
         else text[:limit] + f"\n\n… ({len(text) - limit} more characters in the full transcript)"
     )
+
+
+@dataclass(frozen=True)
+class Links:
+    """The viewer's base URL (`http://host:port/ui/`), given by whoever serves it; None when nothing does."""
+
+    viewer_base: str | None = None
+
+    def run(self, run_id: str) -> str | None:
+        """The viewer's page for a run, when a viewer is served."""
+        return f"{self.viewer_base}runs/{run_id}" if self.viewer_base else None

@@ -15,7 +15,7 @@ from conductor_mcp.core.pool import CONDUCTOR_ID, ConductorSpec, Pool
 from conductor_mcp.core.records import ConductorCall, Run
 from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Repair, Step, Workflow, parse_workflow, validate_workflow, workflow_json_schema
-from conductor_mcp.engine.events import emit
+from conductor_mcp.engine.progress import emit
 from conductor_mcp.errors import ProviderError, WorkflowError
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.runtime.logs import get_logger

@@ -22,8 +22,7 @@ from conductor_mcp.core.usage import ServerBudget
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimated_tokens
-from conductor_mcp.engine.events import emit
-from conductor_mcp.engine.step_errors import first_cause
+from conductor_mcp.engine.progress import emit
 from conductor_mcp.engine.workspace_steps import WorkspaceSteps
 from conductor_mcp.errors import ProviderError, StoreError
 from conductor_mcp.models.providers import Providers, price_per_token
@@ -388,3 +387,22 @@ def _standing_answer(access: list[int], index: int, outputs: dict[int, str]) -> 
     """The answer that stands if the conductor stops: the latest step it sees, else the step before it."""
     candidates = access or ([index - 1] if index > 0 else [])
     return outputs.get(max(candidates), "") if candidates else ""
+
+
+def first_cause(group: BaseExceptionGroup) -> BaseException:
+    """The error a task group gathered, unwrapped (nested groups from nested workflows included): a StoreError
+    first, since the run must then stop as interrupted; the rest are logged."""
+    leaves: list[BaseException] = []
+
+    def collect(error: BaseException) -> None:
+        if isinstance(error, BaseExceptionGroup):
+            for inner in error.exceptions:
+                collect(inner)
+        else:
+            leaves.append(error)
+
+    collect(group)
+    leaves.sort(key=lambda error: not isinstance(error, StoreError))
+    for other in leaves[1:]:
+        log.error("step_error_also_raised", error=f"{type(other).__name__}: {other}")
+    return leaves[0]

@@ -1,4 +1,4 @@
-"""Run the judgement of a training run (tools/judge_learning.py): every strategy of learning/judging.py on the run's
+"""Run the judgement of a training run (tools/judge_learning.py): every strategy of learning/comparison.py on the run's
 held-out tasks and sub-pools, the oracles chosen on training tasks, the paired tests; judged.json and judged.md.
 
     python tools/judge_learning.py --run tools/results/grpo-cpu-sim-composed
@@ -17,20 +17,20 @@ from typing import Any
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import card, decisions, judging, subpools
+from conductor_mcp.learning import card, comparison, decisions, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
 from conductor_mcp.service.catalogue import load_pool
 from conductor_mcp.service.service import Service
 
 MAX_STEPS = 5  # Mixture-of-Agents on a 4-worker sub-pool: four proposals and the aggregator
-BASELINES: dict[str, judging.Build] = {
-    "router": judging.scripted(1, True),
-    "router (no pitfall)": judging.scripted(1, False),
-    "scripted conductor": judging.scripted(3, True),
-    "scripted conductor (no pitfall)": judging.scripted(3, False),
-    "moa (pitfall named)": judging.moa(True),
-    "moa": judging.moa(False),
+BASELINES: dict[str, comparison.Build] = {
+    "router": comparison.scripted(1, True),
+    "router (no pitfall)": comparison.scripted(1, False),
+    "scripted conductor": comparison.scripted(3, True),
+    "scripted conductor (no pitfall)": comparison.scripted(3, False),
+    "moa (pitfall named)": comparison.moa(True),
+    "moa": comparison.moa(False),
 }
 POLICIES = {"trained": "held_out_after.jsonl", "warm start": "held_out_after_sft.jsonl"}
 
@@ -106,14 +106,14 @@ async def judge(args: argparse.Namespace) -> dict[str, Any]:
         run = Scoring(reward, args.concurrency, args.run / "judge-cache.jsonl")
         oracle = await choose_oracles(run, recipe, pool, args.oracle_tasks)
         rows = await held_out_rows(run, written, tasks, pools, oracle)
-    report = judging.report(rows, oracle, recipe.cost_weight)
+    report = comparison.report(rows, oracle, recipe.cost_weight)
     if card_file.exists():
         trained = json.loads(card_file.read_text())
-        report["diagnosis"] = judging.diagnosis(trained)
+        report["diagnosis"] = comparison.diagnosis(trained)
         if trained.get("rollouts"):
             card.plot_rollouts(trained["rollouts"], args.run / "rollouts.png")
     (args.run / "judged.json").write_text(json.dumps(report, indent=2))
-    (args.run / "judged.md").write_text(judging.markdown(report))
+    (args.run / "judged.md").write_text(comparison.markdown(report))
     return report
 
 
@@ -123,16 +123,16 @@ async def choose_oracles(run: Scoring, recipe: argparse.Namespace, pool: Pool, n
     tasks = SIM_SETS[recipe.sim_set](n, recipe.seed, recipe.sim_domains)
     pools = [subpools.training_pool(recipe, pool, i) for i in range(n)]
     scored: dict[str, list[dict[str, Any]]] = {}
-    for name in judging.PATTERNS:
-        build = judging.pattern(name)
+    for name in comparison.PATTERNS:
+        build = comparison.pattern(name)
         flows = [build(p, t) for p, t in zip(pools, tasks, strict=True)]
         jobs = [(name, t, p, json.dumps(f)) for t, p, f in zip(tasks, pools, flows, strict=True)]
         outcomes = await run(jobs)
         scored[name] = [{"reward": o.reward, "correct": o.correct} for o in outcomes]
-    classes = [judging.task_class(p, t) for p, t in zip(pools, tasks, strict=True)]
+    classes = [comparison.task_class(p, t) for p, t in zip(pools, tasks, strict=True)]
     return {
-        "reward": judging.oracle_choice(scored, classes, "reward"),
-        "accuracy": judging.oracle_choice(scored, classes, "correct"),
+        "reward": comparison.oracle_choice(scored, classes, "reward"),
+        "accuracy": comparison.oracle_choice(scored, classes, "correct"),
     }
 
 
@@ -147,14 +147,14 @@ async def held_out_rows(
     strategies: dict[str, list[str]] = {name: [w[t["id"]]["completion"] for t in tasks] for name, w in written.items()}
     for name, build in BASELINES.items():
         strategies[name] = [json.dumps(build(p, t)) for p, t in zip(pools, tasks, strict=True)]
-    for name in judging.PATTERNS:
+    for name in comparison.PATTERNS:
         strategies[f"pattern {name}"] = [
-            json.dumps(judging.pattern(name)(p, t)) for p, t in zip(pools, tasks, strict=True)
+            json.dumps(comparison.pattern(name)(p, t)) for p, t in zip(pools, tasks, strict=True)
         ]
     for key in ("reward", "accuracy"):
-        chosen = [judging.oracle_play(oracle[key], p, t) for p, t in zip(pools, tasks, strict=True)]
+        chosen = [comparison.oracle_play(oracle[key], p, t) for p, t in zip(pools, tasks, strict=True)]
         strategies[f"oracle (max {key})"] = [
-            json.dumps(judging.pattern(c)(p, t)) for c, p, t in zip(chosen, pools, tasks, strict=True)
+            json.dumps(comparison.pattern(c)(p, t)) for c, p, t in zip(chosen, pools, tasks, strict=True)
         ]
     rows = []
     for name, texts in strategies.items():

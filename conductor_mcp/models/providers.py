@@ -23,7 +23,7 @@ import openai
 from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
-from conductor_mcp.core.host import HOST_MODEL, NO_HOST, HostModel
+from conductor_mcp.core.host_model import HOST_MODEL, NO_HOST, HostModel
 from conductor_mcp.core.pool import ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
-from conductor_mcp.core.host import HostModel
+from conductor_mcp.core.host_model import HostModel
 from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest

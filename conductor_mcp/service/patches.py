@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from conductor_mcp.agents.apply import PatchRefused, apply_patch
 from conductor_mcp.core.agent_records import FileChange
-from conductor_mcp.core.patches import final_work
+from conductor_mcp.core.final_work import final_work
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StepNotFound
 from conductor_mcp.service.files import workspace_in_roots

@@ -19,7 +19,7 @@ from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.records import Run
-from conductor_mcp.engine.events import emit
+from conductor_mcp.engine.progress import emit
 from conductor_mcp.errors import RequestError
 from conductor_mcp.runs.backends import open_liveness, open_store
 from conductor_mcp.runs.follow import poll_store

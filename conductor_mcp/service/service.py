@@ -19,7 +19,7 @@ from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.config import Settings
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
-from conductor_mcp.core.host import HostModel
+from conductor_mcp.core.host_model import HostModel
 from conductor_mcp.core.limits import MAX_CONTEXT_CHARS
 from conductor_mcp.core.new_run import new_run
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
@@ -31,8 +31,8 @@ from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
 from conductor_mcp.engine.conductor import Conductor
 from conductor_mcp.engine.cost import estimate_cost
-from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
+from conductor_mcp.engine.progress import emit
 from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
 from conductor_mcp.models.providers import Providers

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from conductor_mcp.config import builtin_pool_dir
-from conductor_mcp.learning import card, decisions, judge, judging, subpools, train_options, training
+from conductor_mcp.learning import card, comparison, decisions, judge, subpools, train_options, training
 from conductor_mcp.learning.rewards import Outcome
 from conductor_mcp.service.catalogue import load_pool
 
@@ -82,7 +82,9 @@ async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tm
     } <= names
     assert all(m["tasks"] == 12 for m in report["strategies"].values())
     ceiling = report["strategies"]["hindsight ceiling"]
-    assert all(ceiling["mean_reward"] >= report["strategies"][f"pattern {p}"]["mean_reward"] for p in judging.PATTERNS)
+    assert all(
+        ceiling["mean_reward"] >= report["strategies"][f"pattern {p}"]["mean_reward"] for p in comparison.PATTERNS
+    )
     assert report["strategies"]["moa"]["tokens_vs_moa"] == 1.0
     assert set(report["paired"]["trained vs warm start"]) == {"correct", "reward"}
     assert report["written"]["warm start"] and sum(report["written"]["trained"].values()) == 12
@@ -106,12 +108,16 @@ async def test_baselines_and_oracles_are_judged_while_the_policy_trains(tmp_path
 
 
 def test_paired_tests() -> None:
-    assert judging.paired_correct([True, True, False], [False, True, True]) == {"wins": 1, "losses": 1, "p_value": 1.0}
-    same = judging.paired_reward([0.5, 0.2], [0.5, 0.2])
+    assert comparison.paired_correct([True, True, False], [False, True, True]) == {
+        "wins": 1,
+        "losses": 1,
+        "p_value": 1.0,
+    }
+    same = comparison.paired_reward([0.5, 0.2], [0.5, 0.2])
     assert same["p_value"] == 1.0 and same["mean_diff"] == 0
     rng = random.Random(1)
     better = [rng.random() for _ in range(600)]
-    assert judging.paired_reward([b + 0.05 for b in better], better)["p_value"] < 1e-6
+    assert comparison.paired_reward([b + 0.05 for b in better], better)["p_value"] < 1e-6
 
 
 def test_a_malformed_policy_row_is_a_malformed_signature() -> None:

@@ -31,9 +31,9 @@ from conductor_mcp.doors.http.auth import check_token
 from conductor_mcp.doors.http.guards import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
 from conductor_mcp.doors.http.metrics import metrics_routes
 from conductor_mcp.doors.http.principals import signed_in_user
-from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.doors.openai.routes import error_body, openai_routes
+from conductor_mcp.doors.render import Links
 from conductor_mcp.doors.viewer.routes import ViewerAuth, is_open_path, login_page, viewer_routes
 from conductor_mcp.errors import RequestError, SettingsError
 from conductor_mcp.runtime.logs import get_logger, register_secret

@@ -1,4 +1,4 @@
-"""The host's own model over MCP sampling: a HostModel (core/host.py) for the session that asked for a run.
+"""The host's own model over MCP sampling: a HostModel (core/host_model.py) for the session that asked for a run.
 
 Where a server may send `sampling/createMessage` (MCP spec and SDK 2.3, read for this module):
 - handshake-era connections (2025-11-25 and earlier) over stdio: at any time, on the one pipe;
@@ -26,7 +26,7 @@ from mcp_types import CreateMessageResult, ModelHint, ModelPreferences, Sampling
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from conductor_mcp.core.host import HostAnswer, HostPreferences
+from conductor_mcp.core.host_model import HostAnswer, HostPreferences
 from conductor_mcp.errors import HostDeclined, HostUnavailable
 
 DEFAULT_MAX_TOKENS = 1024

@@ -40,7 +40,6 @@ from conductor_mcp.core.request import (
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.http.principals import access
-from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp.results import (
     Detail,
     PlanResult,
@@ -56,7 +55,7 @@ from conductor_mcp.doors.mcp.roots import caller_roots, context_with_files, work
 from conductor_mcp.doors.mcp.sampling import host_of
 from conductor_mcp.doors.mcp.stdin import bounded_stdin
 from conductor_mcp.doors.mcp.tasks import TasksExtension, hand_over
-from conductor_mcp.doors.render import to_markdown
+from conductor_mcp.doors.render import Links, to_markdown
 from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.service.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change

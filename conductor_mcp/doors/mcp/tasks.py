@@ -28,8 +28,8 @@ from pydantic import Field
 
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.doors.http.principals import access
-from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp.results import Detail, run_result
+from conductor_mcp.doors.render import Links
 from conductor_mcp.errors import ConductorError, RunNotFound
 from conductor_mcp.service.service import Service
 

@@ -20,7 +20,6 @@ from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.http.principals import access
-from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.openai.replies import (
     answer_items,
     chat_object,
@@ -41,6 +40,7 @@ from conductor_mcp.doors.openai.wire import (
     responses_request,
     responses_tool_reply,
 )
+from conductor_mcp.doors.render import Links
 from conductor_mcp.errors import (
     BudgetExhausted,
     ConductorError,

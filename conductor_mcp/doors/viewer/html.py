@@ -10,20 +10,16 @@ static/viewer.js only swaps server-rendered fragments in.
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from conductor_mcp.core.records import RUN_STATUSES, ConductorCall, Run, StepRecord
 from conductor_mcp.doors.render import worker_choice
 from conductor_mcp.doors.viewer.list_page import ListPage
+from conductor_mcp.doors.viewer.markdown import escaped as _e
 from conductor_mcp.doors.viewer.markdown import output_html
 from conductor_mcp.doors.viewer.svg import source_key, timeline_svg, workflow_svg
 from conductor_mcp.doors.viewer.work import work_section
-
-
-def _e(value: object) -> str:
-    return escape(str(value), quote=True)
 
 
 def _u(value: str) -> str:

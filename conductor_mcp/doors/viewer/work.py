@@ -5,17 +5,12 @@ classed spans, so the stylesheet colours what was added and removed)."""
 
 from __future__ import annotations
 
-from html import escape
-
 from conductor_mcp.core.agent_records import StepWork
 from conductor_mcp.core.records import StepRecord
+from conductor_mcp.doors.viewer.markdown import escaped as _e
 
 SHOWN_CHARS = 4000
 DIFF_SHOWN_CHARS = 200_000
-
-
-def _e(value: object) -> str:
-    return escape(str(value), quote=True)
 
 
 def _cut(text: str, limit: int) -> str:

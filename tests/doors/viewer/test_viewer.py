@@ -17,8 +17,8 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app, viewer_links
-from conductor_mcp.doors.links import Links
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.doors.render import Links
 from conductor_mcp.doors.viewer.routes import ViewerAuth
 from conductor_mcp.doors.viewer.sessions import COOKIE
 from conductor_mcp.service.service import Service
