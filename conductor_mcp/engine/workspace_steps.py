@@ -5,9 +5,10 @@ Each such step gets its own workspace in the run's scope (agents/owner.py): a co
 when it sees an earlier step that worked in a workspace, one that starts from that step's result (the latest such
 step it sees), so a second agent builds on the first one's work. The step's record keeps what the worker did
 (`StepWork`: the agent's record or the tool calls, its own diff, bounded, and the whole patch from the caller's tree
-to its result, for `apply`, unless it is over the run's cap: then the files it changes summarise it). A failure
-(the CLI missing, a non-zero exit, its deadline, a model that errs, a workspace that cannot be made) is retried once
-in a fresh workspace, then the worker's fallbacks are tried, each
+to its result, for `apply`, unless it is over the run's cap: then the files it changes summarise it). The worker
+works within the disk budget (a watcher stops it once the workspaces are over). A failure (the CLI missing, a
+non-zero exit, its deadline, a model that errs, a workspace that cannot be made) is retried once in a fresh
+workspace (not the disk budget's: that would fill the disk again), then the worker's fallbacks are tried, each
 failure kept in the step's attempts; when all fail the step fails with the last error (the stderr tail included).
 The scope, and the workspaces in it, end with the run (`workspace_steps`).
 """
@@ -31,7 +32,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.agent_records import AgentRecord, StepWork
 from conductor_mcp.core.pool import Pool, WorkerSpec
 from conductor_mcp.core.records import Attempt, Run, StepRecord
-from conductor_mcp.errors import AgentFailed, AgentUnavailable, ProviderError, WorkspaceError
+from conductor_mcp.errors import AgentFailed, AgentUnavailable, DiskBudgetExceeded, ProviderError, WorkspaceError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
 
@@ -75,7 +76,7 @@ class WorkspaceSteps:
                     error = _described(exc)
                     attempts += getattr(exc, "attempts", None) or [_attempt(candidate, error, started)]
                     log.warning("workspace_step_attempt_failed", run_id=run.id, step=record.key, error=error)
-                    if isinstance(exc, AgentUnavailable | ProviderError):
+                    if isinstance(exc, AgentUnavailable | ProviderError | DiskBudgetExceeded):
                         break  # trying it again here would not help
                     continue
                 record.attempts = [*attempts, *(record.attempts or [_attempt(candidate, None, started)])]
@@ -103,9 +104,10 @@ class WorkspaceSteps:
         try:
             async with self.scope.owner.agent_slot():
                 if worker.agent is not None:
-                    await self._agent(record, worker, messages, workspace, work)
+                    working = self._agent(record, worker, messages, workspace, work)
                 else:
-                    await self._tools(run, record, worker, messages, workspace, work)
+                    working = self._tools(run, record, worker, messages, workspace, work)
+                await self.scope.owner.within_budget(working)
         except Exception:
             with contextlib.suppress(WorkspaceError):  # what it changed is kept even when it failed
                 await self._keep_change(workspace, work)

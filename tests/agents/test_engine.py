@@ -1,7 +1,7 @@
 """Agent steps through the engine: the service runs a workflow whose workers are a command agent (the simulator's
 agent, under bubblewrap) and model workers, each agent step in a workspace of the run's scope, the record and diff
-kept in the store, later steps shown the diff, a second agent building on the first one's result, and a change
-too large to keep summarised."""
+kept in the store, later steps shown the diff, a second agent building on the first one's result, the disk budget
+held while agents write, and a change too large to keep summarised."""
 
 from __future__ import annotations
 
@@ -186,6 +186,23 @@ def python_agent(pool_dir: Path, program: str, timeout_s: float = 60) -> None:
 
 
 STEP = [Step(worker="writer", instruction="Write.", access=[])]
+FILL = "with open('fill.bin', 'wb') as out:\n    for _ in range(12): out.write(bytes(2**20))\n"
+STAYS = {"and exits": "print('filled')", "and stays": "import time; time.sleep(300)"}
+
+
+@pytest.mark.parametrize("then", STAYS.values(), ids=STAYS.keys())
+async def test_an_agent_that_writes_past_the_disk_budget_is_stopped(
+    settings: Settings, pool_dir: Path, then: str
+) -> None:
+    python_agent(pool_dir, FILL + then)
+    budget = 4 * 2**20  # the caller's repository takes a few kB of it
+    run, _, _ = await run_workflow(settings.model_copy(update={"workspace_disk_gib": budget / 2**30}), STEP)
+    (step,) = run.steps
+    assert run.status == "failed" and step.status == "failed"
+    assert f"over the disk budget: the workspaces under {settings.workspace_root} took" in (step.error or "")
+    assert f"more than the {budget} of CONDUCTOR_WORKSPACE_DISK_GIB" in (step.error or "")
+    assert [a.ok for a in step.attempts] == [False]  # not tried again: it would fill the disk again
+    assert agent_processes(settings.workspace_root) == []
 
 
 async def test_a_change_over_the_patch_cap_keeps_the_step_and_a_summary(settings: Settings, pool_dir: Path) -> None:
