@@ -9,6 +9,7 @@ what tells the server which repository (and which configuration, hooks or filter
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import threading
@@ -26,6 +27,7 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
 _NOT_INSTALLED = "git is not installed: workspaces need it (apt-get install git)"
 _CHUNK = 256 * 1024
+_ERROR_TAIL_BYTES = 4096
 
 
 def git(
@@ -95,7 +97,7 @@ def head(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None, keep: in
         if expired.is_set():
             raise WorkspaceError(_too_long(args, cwd))
         if whole and status != 0:
-            errors.seek(0)
+            errors.seek(max(0, errors.seek(0, os.SEEK_END) - _ERROR_TAIL_BYTES))
             raise _failed(args, cwd, status, errors.read())
     return Head(bytes(data), size, whole)
 
