@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     )
     max_agents: int = Field(default=4, ge=1, description="agent and tool-using steps running at once, in all runs")
     workspace_disk_gib: float = Field(default=20.0, gt=0, description="disk all workspaces may take together, GiB")
+    patch_max_mib: float = Field(
+        default=4.0, gt=0, description="the largest patch a run keeps for `apply`, MiB; a larger change is summarised"
+    )
 
     @field_validator("pool_path", "roots", mode="before")
     @classmethod

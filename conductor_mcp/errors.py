@@ -117,6 +117,11 @@ class WorkspaceError(ConductorError, RuntimeError):
     """An agent's workspace cannot be made, read, or kept within the disk budget; the message names the directory."""
 
 
+class DiskBudgetExceeded(WorkspaceError):
+    """The workspaces took more than their disk budget while an agent (or a tool-using model) worked: it was stopped.
+    Trying again would only fill the disk again."""
+
+
 class AgentUnavailable(ConductorError, RuntimeError):
     """An agent worker cannot run on this machine (a missing CLI, a missing sandbox); the message names the fix."""
 

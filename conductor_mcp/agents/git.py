@@ -9,7 +9,10 @@ what tells the server which repository (and which configuration, hooks or filter
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,32 +25,96 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Never run a program the repository's settings or attributes name while reading a workspace.
 # Files are written and hashed byte for byte: what the agent sees is what the caller has.
 _SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
+_NOT_INSTALLED = "git is not installed: workspaces need it (apt-get install git)"
+_CHUNK = 256 * 1024
+_ERROR_TAIL_BYTES = 4096
 
 
 def git(
     args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, stdin: bytes | None = None, check: bool = True
 ) -> bytes:
     """Run git; its stdout, or (when `check`) WorkspaceError with the end of its stderr if it fails."""
-    base = {k: v for k, v in child_environment().items() if not k.startswith("GIT_")}
-    command = ["git", *_SAFE, *args]
+    command, full_env = _invocation(args, env)
     try:
         done = subprocess.run(
-            command,
-            cwd=cwd,
-            env={**base, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
-            input=stdin,
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
+            command, cwd=cwd, env=full_env, input=stdin, capture_output=True, timeout=GIT_TIMEOUT_S, check=False
         )
     except FileNotFoundError:
-        raise WorkspaceError("git is not installed: workspaces need it (apt-get install git)") from None
+        raise WorkspaceError(_NOT_INSTALLED) from None
     except subprocess.TimeoutExpired:
-        raise WorkspaceError(f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}") from None
+        raise WorkspaceError(_too_long(args, cwd)) from None
     if check and done.returncode != 0:
-        detail = done.stderr.decode(errors="replace").strip()[-500:]
-        raise WorkspaceError(f"git {args[0]} failed in {cwd}: {detail or f'exit status {done.returncode}'}")
+        raise _failed(args, cwd, done.returncode, done.stderr)
     return done.stdout
+
+
+@dataclass(frozen=True)
+class Head:
+    """The start of a command's output, read in bounded memory."""
+
+    data: bytes  # its first bytes
+    size: int  # how many bytes it wrote; when not `whole`, how many were read before reading stopped
+    whole: bool  # it was read to its end
+
+
+def head(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None, keep: int, read_at_most: int) -> Head:
+    """Run git keeping the first `keep` bytes of its output and counting the rest, up to `read_at_most`: past that
+    git is stopped. Its output may be far larger than what memory should hold (an agent's change)."""
+    command, full_env = _invocation(args, env)
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                bufsize=0,
+            )
+        except FileNotFoundError:
+            raise WorkspaceError(_NOT_INSTALLED) from None
+        expired = threading.Event()
+        late = threading.Timer(GIT_TIMEOUT_S, lambda: (expired.set(), proc.kill()))
+        late.start()
+        stdout = proc.stdout
+        assert stdout is not None
+        data, size, whole = bytearray(), 0, False
+        try:
+            while size <= read_at_most:
+                chunk = stdout.read(_CHUNK)
+                if not chunk:
+                    whole = True
+                    break
+                size += len(chunk)
+                data += chunk[: max(0, keep - len(data))]
+        finally:
+            if not whole:  # stopped where reading stopped (or at an error of ours)
+                proc.kill()
+            stdout.close()
+            status = proc.wait()
+            late.cancel()
+        if expired.is_set():
+            raise WorkspaceError(_too_long(args, cwd))
+        if whole and status != 0:
+            errors.seek(max(0, errors.seek(0, os.SEEK_END) - _ERROR_TAIL_BYTES))
+            raise _failed(args, cwd, status, errors.read())
+    return Head(bytes(data), size, whole)
+
+
+def _invocation(args: Sequence[str], env: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
+    """The command line and the whole environment git runs with."""
+    base = {k: v for k, v in child_environment().items() if not k.startswith("GIT_")}
+    return ["git", *_SAFE, *args], {**base, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+
+
+def _too_long(args: Sequence[str], cwd: Path) -> str:
+    return f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}"
+
+
+def _failed(args: Sequence[str], cwd: Path, status: int, stderr: bytes) -> WorkspaceError:
+    detail = stderr.decode(errors="replace").strip()[-500:]
+    return WorkspaceError(f"git {args[0]} failed in {cwd}: {detail or f'exit status {status}'}")
 
 
 def text(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -126,8 +193,31 @@ class Store:
 
     def diff(self, old: str, new: str, *extra: str) -> bytes:
         """`git diff-tree` between two trees: a unified diff, or what `extra` asks for."""
-        args = ["diff-tree", "-r", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", *extra, old, new]
-        return git(args, cwd=self.git_dir, env=self.env(self.git_dir))
+        return git(self._diff_args(old, new, extra), cwd=self.git_dir, env=self.env(self.git_dir))
+
+    def diff_head(self, old: str, new: str, *extra: str, keep: int, read_at_most: int) -> Head:
+        """`diff` read in bounded memory: its first `keep` bytes, its size counted up to `read_at_most`."""
+        args = self._diff_args(old, new, extra)
+        return head(args, cwd=self.git_dir, env=self.env(self.git_dir), keep=keep, read_at_most=read_at_most)
+
+    @staticmethod
+    def _diff_args(old: str, new: str, extra: Sequence[str]) -> list[str]:
+        return ["diff-tree", "-r", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", *extra, old, new]
+
+    def blob_sizes(self, blobs: Sequence[str]) -> dict[str, int]:
+        """The size of each of `blobs` the store holds (the null id, a deleted file's, is not asked for)."""
+        asked = [blob for blob in blobs if blob.strip("0")]
+        if not asked:
+            return {}
+        query = ("\n".join(asked) + "\n").encode()
+        answer = git(
+            ["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"],
+            cwd=self.git_dir,
+            env=self.env(self.git_dir),
+            stdin=query,
+        )
+        found = (line.split(" ") for line in answer.decode().splitlines())
+        return {fields[0]: int(fields[2]) for fields in found if len(fields) == 3 and fields[1] == "blob"}
 
     def tree_of(self, commit: str) -> str:
         return text(["rev-parse", f"{commit}^{{tree}}"], cwd=self.git_dir, env=self.env(self.git_dir))

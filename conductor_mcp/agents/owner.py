@@ -7,8 +7,10 @@ run ends, unless they are kept (for inspection). Closing the owner removes what 
 that died are removed by the next owner that opens the same root: each owner holds a lock on its own session
 directory, and a session whose lock nobody holds is gone.
 
-The disk budget counts everything under the root (kept workspaces included). Git and file copies block, so they
-run in threads; a workspace whose making was cancelled is removed once its thread is done.
+The disk budget counts everything under the root (kept workspaces included). A workspace is made only within it,
+and while an agent works a watcher measures the root and stops the agent once it is over (`within_budget`). Git,
+file copies and measuring block, so they run in threads; a workspace whose making was cancelled is removed once its
+thread is done.
 """
 
 from __future__ import annotations
@@ -18,22 +20,26 @@ import contextlib
 import fcntl
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
 
 from conductor_mcp.agents import workspace as ws
 from conductor_mcp.agents.workspace import WORKTREE_ENTRY, Workspace, remove_tree, tree_size
 from conductor_mcp.core.agent_records import WorkspaceDiff
-from conductor_mcp.errors import WorkspaceError
+from conductor_mcp.errors import DiskBudgetExceeded, WorkspaceError
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 
 DEFAULT_DISK_BUDGET_BYTES = 20 * 2**30
 DEFAULT_MAX_AGENTS = 4
+DISK_CHECK_S = 1.0  # how often a watcher measures the workspaces at most (less often when measuring takes long)
 KEPT_MARKER = "KEPT"  # a workspace directory holding this file is left for inspection
 _LOCK = "owner.lock"
+T = TypeVar("T")
 
 
 class Workspaces:
@@ -92,6 +98,35 @@ class Workspaces:
         """Held while an agent runs: at most `max_agents` at once; the others wait their turn."""
         async with self._agents:
             yield
+
+    async def within_budget(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work` (an agent, or a model with workspace tools) while a watcher measures the workspaces: once they
+        take more than the disk budget, `work` is cancelled (an agent's processes are killed) and DiskBudgetExceeded
+        raised. They are measured once more when it ends, so what it wrote between two looks counts too."""
+        task, watcher = asyncio.ensure_future(work), asyncio.ensure_future(self._watch())
+        try:
+            await asyncio.wait([task, watcher], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for each in (task, watcher):
+                each.cancel()
+            await asyncio.gather(task, watcher, return_exceptions=True)
+        used = watcher.result() if watcher.done() and not watcher.cancelled() else None
+        if used is None and (used := await asyncio.to_thread(self.used_bytes)) <= self.disk_budget_bytes:
+            return task.result()
+        raise DiskBudgetExceeded(
+            f"over the disk budget: the workspaces under {self.root} took {used} bytes, more than the "
+            f"{self.disk_budget_bytes} of CONDUCTOR_WORKSPACE_DISK_GIB; the step was stopped"
+        )
+
+    async def _watch(self) -> int:
+        """What the workspaces take, returned once it is over the budget (measured every DISK_CHECK_S, or ten times
+        as long as measuring took, so that a large tree costs at most a tenth of a thread)."""
+        while True:
+            started = time.monotonic()
+            used = await asyncio.to_thread(self.used_bytes)
+            if used > self.disk_budget_bytes:
+                return used
+            await asyncio.sleep(max(DISK_CHECK_S, 10 * (time.monotonic() - started)))
 
     def used_bytes(self) -> int:
         """What everything under the root takes now (blocking: it walks the tree)."""

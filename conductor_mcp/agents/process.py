@@ -5,23 +5,31 @@ killed, however it arranged them.
 "Every process it started" is its family: its descendants (found through their parents), and whatever is still in
 its session or process group (a daemon that double-forked keeps both). At the deadline the family gets SIGTERM,
 then SIGKILL after a grace period; on cancellation SIGKILL at once, so a cancelled step ends now.
+
+Its exit is its end. A child it left in the background (`cmd &`, a dev server) inherits its stdin, stdout and
+stderr, and under uvloop extra copies of them too, so those pipes may never reach their end: they are read only
+while the process lives, then what they hold is drained (at most a pipe's capacity) and they are closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 STDOUT_MAX_BYTES = 32 * 2**20
 STDERR_TAIL_BYTES = 64 * 1024
 KILL_GRACE_S = 2.0
+SETTLE_S = 5.0  # for the readers and the writer to stop once the process has ended (they do not wait on it)
 _CHUNK = 64 * 1024
+_BURST = 16 * _CHUNK  # read at most this much at a time, so a fast writer cannot hold the event loop
 
 
 @dataclass(frozen=True)
@@ -46,23 +54,26 @@ async def run_process(
     """Run `argv` to its end or its deadline. Raises FileNotFoundError when the program does not exist and
     CancelledError (with its whole family dead) when cancelled."""
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    (in_read, in_write), (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe(), os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=env, stdin=in_read, stdout=out_write, stderr=err_write, start_new_session=True
+        )
+    except BaseException:
+        for fd in (in_write, out_read, err_read):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_read, out_write, err_write):  # the child's ends: only the child holds them now
+            os.close(fd)
     out, err = _Capture(STDOUT_MAX_BYTES, keep="head"), _Capture(STDERR_TAIL_BYTES, keep="tail")
-    work = asyncio.gather(_feed(proc.stdin, stdin), out.read(proc.stdout), err.read(proc.stderr), proc.wait())
-    work.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, even when abandoned
+    ended = asyncio.ensure_future(proc.wait())
+    pumps = (_feed(in_write, stdin, ended), out.read(out_read, ended), err.read(err_read, ended))
+    tasks = [ended, *map(asyncio.ensure_future, pumps)]
     timed_out = False
     try:
         async with asyncio.timeout(timeout_s):
-            await asyncio.shield(work)
+            await asyncio.shield(ended)
     except TimeoutError:
         timed_out = True
         await end_family(proc, grace_s=kill_grace_s)
@@ -72,9 +83,11 @@ async def run_process(
     finally:
         if proc.returncode is None:  # an error of ours: leave nothing behind
             kill_family(proc.pid)
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(work), timeout=5.0)
+        await _settle(tasks)
     kill_family(proc.pid, leader=False)  # what it left running in the background when it exited (it is reaped)
+    for task in tasks:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error
     return ProcessResult(
         exit_status=None if timed_out else proc.returncode,
         stdout=bytes(out.data),
@@ -85,32 +98,89 @@ async def run_process(
     )
 
 
-async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        pipe.write(data)
-        await pipe.drain()
-    pipe.close()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        await pipe.wait_closed()
+async def _settle(tasks: list[asyncio.Future[Any]]) -> None:
+    """Wait for the process's tasks (each ends soon after the process), cancel any left after SETTLE_S, and
+    retrieve every outcome, so none is left running or unretrieved."""
+    try:
+        await asyncio.wait(tasks, timeout=SETTLE_S)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _feed(fd: int, data: bytes, ended: asyncio.Future[Any]) -> None:
+    """Write the prompt while the process lives, then close its stdin; stop early if it ends or closes it."""
+    left = memoryview(data)
+    try:
+        os.set_blocking(fd, False)
+        while left and not ended.done():
+            try:
+                left = left[os.write(fd, left) :]
+            except BlockingIOError:
+                await _ready(fd, ended, writable=True)
+            except BrokenPipeError:
+                return
+    finally:
+        os.close(fd)
+
+
+async def _ready(fd: int, ended: asyncio.Future[Any], writable: bool = False) -> None:
+    """Return once `fd` can be read (or written), or the process has ended."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    watch, unwatch = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
+    watch(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await asyncio.wait([ready, ended], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        unwatch(fd)
+        ready.cancel()
 
 
 class _Capture:
-    """A stream read to its end, keeping its first (head) or last (tail) `limit` bytes."""
+    """A pipe read while its process lives, keeping its first (head) or last (tail) `limit` bytes."""
 
     def __init__(self, limit: int, keep: str) -> None:
         self.limit, self.keep = limit, keep
         self.data = bytearray()
         self.truncated = False
 
-    async def read(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(_CHUNK):
-            if self.keep == "head" and len(self.data) >= self.limit:
-                self.truncated = True  # read on, so the process never blocks on a full pipe
-                continue
-            self.data += chunk
-            if len(self.data) > self.limit:
-                self.truncated = True
-                self.data = self.data[: self.limit] if self.keep == "head" else self.data[-self.limit :]
+    async def read(self, fd: int, ended: asyncio.Future[Any]) -> None:
+        """Read `fd` until its end or the process's; then what the pipe still holds (at most its capacity: what
+        the process wrote before it ended), without waiting for writers it left behind. Closes `fd`."""
+        try:
+            os.set_blocking(fd, False)
+            while not ended.done():
+                if not self._read_held(fd, _BURST):
+                    return
+                await _ready(fd, ended)
+            self._read_held(fd, fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+        finally:
+            os.close(fd)
+
+    def _read_held(self, fd: int, at_most: int) -> bool:
+        """Read what `fd` holds now, up to `at_most` bytes; False at its end (no writer is left)."""
+        read = 0
+        while read < at_most:
+            try:
+                chunk = os.read(fd, min(_CHUNK, at_most - read))
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            read += len(chunk)
+            self._keep(chunk)
+        return True
+
+    def _keep(self, chunk: bytes) -> None:
+        if self.keep == "head" and len(self.data) >= self.limit:
+            self.truncated = True  # read on, so the process never blocks on a full pipe
+            return
+        self.data += chunk
+        if len(self.data) > self.limit:
+            self.truncated = True
+            self.data = self.data[: self.limit] if self.keep == "head" else self.data[-self.limit :]
 
 
 # ------------------------------------------------------------------------------------------------ the family

@@ -72,23 +72,23 @@ class Workspace:
         return bounded_diff(self.store, self.base.tree, self.snapshot(), max_bytes)
 
     def patch(self, max_bytes: int = PATCH_MAX_BYTES) -> bytes:
-        """The whole change since the base as a patch `git apply` takes, binary files included."""
-        data = self.store.diff(self.base.tree, self.snapshot(), "-p", "--binary", "--full-index")
-        if len(data) > max_bytes:
-            raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
+        """The whole change since the base as a patch `git apply` takes, binary files included; WorkspaceError when
+        it is over `max_bytes` (reading stops there)."""
+        data = _patch(self.store, self.base.tree, self.snapshot(), max_bytes)
+        if data is None:
+            raise WorkspaceError(f"workspace {self.id}: its patch is over {max_bytes} bytes")
         return data
 
-    def patch_from(self, origin: Workspace, max_bytes: int = PATCH_MAX_BYTES) -> tuple[bytes, list[FileChange]]:
+    def patch_from(self, origin: Workspace, max_bytes: int = PATCH_MAX_BYTES) -> tuple[bytes | None, list[FileChange]]:
         """The whole change from `origin`'s base (the first workspace of the chain this one was derived from) to
-        this workspace's result, as `git apply` input, and the files it changes. Both stores are read together."""
+        this workspace's result, as `git apply` input, and the files it changes. Both stores are read together.
+        A patch over `max_bytes` is too large to keep: None in its place (reading stops there), the files still
+        listed, so the change is summarised whatever its size."""
         new = self.snapshot()
         store = self.store
         if origin is not self:
             store = git.Store(self.store.git_dir, [*self.store.borrowed, origin.store.git_dir / "objects"])
-        data = store.diff(origin.base.tree, new, "-p", "--binary", "--full-index")
-        if len(data) > max_bytes:
-            raise WorkspaceError(f"workspace {self.id}: its patch is {len(data)} bytes, over {max_bytes}")
-        return data, changed_files(store, origin.base.tree, new)
+        return _patch(store, origin.base.tree, new, max_bytes), changed_files(store, origin.base.tree, new)
 
     def take_over(self, patch: bytes, parent_id: str) -> Workspace:
         """Start from an earlier workspace's result that is gone (a run resumed in another process): apply its
@@ -250,6 +250,12 @@ def _copy(directory: Path, source: Path, ws_id: str, budget_bytes: int, parent: 
 
 
 # ---------------------------------------------------------------------------------------------------- files
+
+
+def _patch(store: git.Store, old: str, new: str, max_bytes: int) -> bytes | None:
+    """`git apply` input from tree `old` to tree `new`, binary files included; None when over `max_bytes`."""
+    read = store.diff_head(old, new, "-p", "--binary", "--full-index", keep=max_bytes, read_at_most=max_bytes)
+    return read.data if read.whole else None
 
 
 def _copy_tree(source: Path, target: Path, budget_bytes: int) -> None:

@@ -31,6 +31,7 @@ class WorkspaceBase(BaseModel):
 class FileChange(BaseModel):
     path: str
     status: Literal["added", "modified", "deleted", "type-changed"]
+    size: int | None = Field(default=None, description="bytes of the file after the change (None: deleted)")
     added: int | None = Field(default=None, description="lines added (None for a binary file)")
     removed: int | None = Field(default=None, description="lines removed (None for a binary file)")
     binary: bool = False
@@ -41,7 +42,9 @@ class WorkspaceDiff(BaseModel):
 
     text: str = Field(description="unified diff; ends with a truncation marker when `truncated`")
     truncated: bool = False
-    full_bytes: int = Field(default=0, description="size of the whole diff before it was cut")
+    full_bytes: int = Field(
+        default=0, description="size of the whole diff before it was cut (counted up to 16 MiB, then where it stopped)"
+    )
     files: list[FileChange] = Field(default_factory=list)
 
     @property

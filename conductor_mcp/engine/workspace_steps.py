@@ -5,8 +5,10 @@ Each such step gets its own workspace in the run's scope (agents/owner.py): a co
 when it sees an earlier step that worked in a workspace, one that starts from that step's result (the latest such
 step it sees), so a second agent builds on the first one's work. The step's record keeps what the worker did
 (`StepWork`: the agent's record or the tool calls, its own diff, bounded, and the whole patch from the caller's tree
-to its result, for `apply`). A failure (the CLI missing, a non-zero exit, its deadline, a model that errs, a
-workspace that cannot be made) is retried once in a fresh workspace, then the worker's fallbacks are tried, each
+to its result, for `apply`, unless it is over the run's cap: then the files it changes summarise it). The worker
+works within the disk budget (a watcher stops it once the workspaces are over). A failure (the CLI missing, a
+non-zero exit, its deadline, a model that errs, a workspace that cannot be made) is retried once in a fresh
+workspace (not the disk budget's: that would fill the disk again), then the worker's fallbacks are tried, each
 failure kept in the step's attempts; when all fail the step fails with the last error (the stderr tail included).
 The scope, and the workspaces in it, end with the run (`workspace_steps`).
 """
@@ -30,13 +32,12 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.agent_records import AgentRecord, StepWork
 from conductor_mcp.core.pool import Pool, WorkerSpec
 from conductor_mcp.core.records import Attempt, Run, StepRecord
-from conductor_mcp.errors import AgentFailed, AgentUnavailable, ProviderError, WorkspaceError
+from conductor_mcp.errors import AgentFailed, AgentUnavailable, DiskBudgetExceeded, ProviderError, WorkspaceError
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-STORED_PATCH_MAX_BYTES = 4 * 2**20  # the whole patch kept in the step for `apply`; a bigger one is named, not kept
 DEADLINE_MARGIN_S = 5.0  # an agent's own deadline comes before the step's, so its stderr and diff are kept
 STDERR_IN_ERROR_CHARS = 1500
 
@@ -45,10 +46,17 @@ class WorkspaceSteps:
     """The workspace steps of one run: their workspaces (by step key) in the run's scope."""
 
     def __init__(
-        self, scope: RunWorkspaces, source: Path, pool: Pool, providers: Providers, step_timeout_s: float
+        self,
+        scope: RunWorkspaces,
+        source: Path,
+        pool: Pool,
+        providers: Providers,
+        step_timeout_s: float,
+        patch_max_bytes: int,
     ) -> None:
         self.scope, self.source, self.pool, self.providers = scope, source, pool, providers
         self.deadline_s = max(1.0, step_timeout_s - DEADLINE_MARGIN_S)
+        self.patch_max_bytes = patch_max_bytes  # the whole patch kept in the step for `apply`; a bigger one is not
         self._by_step: dict[str, Workspace] = {}
         self._origin: dict[str, Workspace] = {}  # workspace id -> the first workspace of its chain
 
@@ -68,7 +76,7 @@ class WorkspaceSteps:
                     error = _described(exc)
                     attempts += getattr(exc, "attempts", None) or [_attempt(candidate, error, started)]
                     log.warning("workspace_step_attempt_failed", run_id=run.id, step=record.key, error=error)
-                    if isinstance(exc, AgentUnavailable | ProviderError):
+                    if isinstance(exc, AgentUnavailable | ProviderError | DiskBudgetExceeded):
                         break  # trying it again here would not help
                     continue
                 record.attempts = [*attempts, *(record.attempts or [_attempt(candidate, None, started)])]
@@ -96,9 +104,10 @@ class WorkspaceSteps:
         try:
             async with self.scope.owner.agent_slot():
                 if worker.agent is not None:
-                    await self._agent(record, worker, messages, workspace, work)
+                    working = self._agent(record, worker, messages, workspace, work)
                 else:
-                    await self._tools(run, record, worker, messages, workspace, work)
+                    working = self._tools(run, record, worker, messages, workspace, work)
+                await self.scope.owner.within_budget(working)
         except Exception:
             with contextlib.suppress(WorkspaceError):  # what it changed is kept even when it failed
                 await self._keep_change(workspace, work)
@@ -178,10 +187,13 @@ class WorkspaceSteps:
         work.diff = await self.scope.diff(workspace)
         if not work.diff.files:
             return
-        patch, files = await asyncio.to_thread(workspace.patch_from, self._origin_of(workspace))
+        cap = self.patch_max_bytes
+        patch, files = await asyncio.to_thread(workspace.patch_from, self._origin_of(workspace), cap)
         work.patch_files = files
-        if len(patch) > STORED_PATCH_MAX_BYTES:
-            work.patch_note = f"the patch is {len(patch)} bytes, over the {STORED_PATCH_MAX_BYTES} a run keeps"
+        if patch is None:
+            work.patch_note = (
+                f"too large to keep: the patch is over the {cap} bytes a run keeps (CONDUCTOR_PATCH_MAX_MIB)"
+            )
             return
         try:
             work.patch = patch.decode("utf-8")
@@ -231,4 +243,5 @@ async def workspace_steps(
         return
     source = Path(run.workspace) if run.workspace else settings.file_roots[0]
     async with owner.run(run.id, keep=run.keep_workspaces) as scope:
-        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s)
+        patch_max_bytes = int(settings.patch_max_mib * 2**20)
+        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s, patch_max_bytes)

@@ -1,6 +1,7 @@
 """A `command` agent (the simulator's scripted agent, a real program) under bubblewrap: it writes in a
 workspace-write workspace, cannot in a read-only one, is killed at its deadline with the child it left in its own
-session, fails with its stderr's tail, and a missing program is a named error that makes the worker unavailable."""
+session, ends when it exits whatever it left in the background, fails with its stderr's tail, and a missing program is
+a named error that makes the worker unavailable."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from conductor_mcp.agents.owner import Workspaces
 from conductor_mcp.agents.runner import run_agent, unavailable_reason
 from conductor_mcp.errors import AgentFailed, AgentUnavailable
 from conductor_mcp.models import sim_agent
+from conductor_mcp.runtime.loop import run_async
 from tests.agents.conftest import agent_worker, needs_bwrap, processes_with_env
 from tests.agents.repos import fingerprint
 
@@ -56,6 +58,22 @@ async def test_a_hung_command_agent_and_the_child_it_left_are_killed(repo: Path,
         with pytest.raises(AgentFailed, match="killed at its deadline of 3s"):
             await task
         assert processes_with_env(f"HOME={workspace.home}") == []
+
+
+def test_a_command_agent_that_leaves_a_background_job_ends_when_it_exits(repo: Path, agent_root: Path) -> None:
+    worker = agent_worker("command", timeout_s=60, command=["/bin/sh", "-c", "sleep 300 & echo started it"])
+    left: list[int] = []
+
+    async def main() -> int:  # on the server's loop: uvloop, as `conductor-mcp serve` runs
+        async with Workspaces(agent_root) as owner, owner.run("cmd-background") as scope:
+            workspace = await scope.create(repo)
+            record = await run_agent(worker, "start a server", workspace)
+            assert (record.final_message, record.exit_status, record.timed_out) == ("started it", 0, False)
+            left.extend(processes_with_env(f"HOME={workspace.home}"))
+        return 0
+
+    run_async(main())
+    assert left == []  # the sleeper was not waited for, and did not outlive the agent
 
 
 async def test_a_failing_command_agent_is_a_failure_with_its_stderr(repo: Path, owner: Workspaces) -> None:

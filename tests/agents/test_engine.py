@@ -1,6 +1,7 @@
 """Agent steps through the engine: the service runs a workflow whose workers are a command agent (the simulator's
 agent, under bubblewrap) and model workers, each agent step in a workspace of the run's scope, the record and diff
-kept in the store, later steps shown the diff, a second agent building on the first one's result."""
+kept in the store, later steps shown the diff, a second agent building on the first one's result, the disk budget
+held while agents write, and a change too large to keep summarised."""
 
 from __future__ import annotations
 
@@ -174,6 +175,50 @@ async def test_the_agent_record_and_diff_round_trip_in_postgresql(
     assert run.status == "done" and step.work is not None and step.work.agent is not None
     assert step.work.diff is not None and [f.path for f in step.work.diff.files] == ["feature.py"]
     assert step.work.agent.command_line and "feature.py" in (step.work.patch or "")
+
+
+def python_agent(pool_dir: Path, program: str, timeout_s: float = 60) -> None:
+    """The agents pool whose `writer` is `python -c program` (after reading its prompt)."""
+    agent_pool(pool_dir, timeout_s=timeout_s)
+    doc = yaml.safe_load((pool_dir / "agents.yaml").read_text())
+    doc["workers"][0]["agent"]["command"] = [sys.executable, "-c", f"import sys; sys.stdin.read()\n{program}"]
+    (pool_dir / "agents.yaml").write_text(yaml.safe_dump(doc))
+
+
+STEP = [Step(worker="writer", instruction="Write.", access=[])]
+FILL = "with open('fill.bin', 'wb') as out:\n    for _ in range(12): out.write(bytes(2**20))\n"
+STAYS = {"and exits": "print('filled')", "and stays": "import time; time.sleep(300)"}
+
+
+@pytest.mark.parametrize("then", STAYS.values(), ids=STAYS.keys())
+async def test_an_agent_that_writes_past_the_disk_budget_is_stopped(
+    settings: Settings, pool_dir: Path, then: str
+) -> None:
+    python_agent(pool_dir, FILL + then)
+    budget = 4 * 2**20  # the caller's repository takes a few kB of it
+    run, _, _ = await run_workflow(settings.model_copy(update={"workspace_disk_gib": budget / 2**30}), STEP)
+    (step,) = run.steps
+    assert run.status == "failed" and step.status == "failed"
+    assert f"over the disk budget: the workspaces under {settings.workspace_root} took" in (step.error or "")
+    assert f"more than the {budget} of CONDUCTOR_WORKSPACE_DISK_GIB" in (step.error or "")
+    assert [a.ok for a in step.attempts] == [False]  # not tried again: it would fill the disk again
+    assert agent_processes(settings.workspace_root) == []
+
+
+async def test_a_change_over_the_patch_cap_keeps_the_step_and_a_summary(settings: Settings, pool_dir: Path) -> None:
+    python_agent(pool_dir, "open('big.txt', 'w').write(''.join(f'line {n}\\n' for n in range(20_000))); print('wrote')")
+    cap = 64 * 1024  # the patch is about 250 kB
+    run, _, _ = await run_workflow(settings.model_copy(update={"patch_max_mib": cap / 2**20}), STEP)
+    (step,) = run.steps
+    assert run.status == "done" and step.output == "wrote" and [a.ok for a in step.attempts] == [True]
+    assert step.work is not None and step.work.patch is None
+    assert (
+        step.work.patch_note
+        == f"too large to keep: the patch is over the {cap} bytes a run keeps (CONDUCTOR_PATCH_MAX_MIB)"
+    )
+    (big,) = step.work.patch_files
+    assert (big.path, big.status, big.size, big.added, big.removed) == ("big.txt", "added", 208_890, 20_000, 0)
+    assert step.work.diff is not None and step.work.diff.files == [big]  # its own change is the same
 
 
 def agent_processes(root: Path) -> list[int]:

@@ -1,5 +1,6 @@
 """An agent's process: exactly the environment it is given, bounded output, and its whole family killed at the
-deadline and on cancellation: a child in its own session, and an orphan left in its session by a child that exited."""
+deadline and on cancellation: a child in its own session, and an orphan left in its session by a child that exited;
+and its exit is its end, whatever a job it left in the background holds open."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conductor_mcp.agents import process
-from conductor_mcp.agents.process import run_process
+from conductor_mcp.agents.process import ProcessResult, run_process
+from conductor_mcp.runtime.loop import run_async
 from tests.agents.conftest import processes_with_env
 
 pytestmark = [pytest.mark.slow]  # starts processes (git, bubblewrap, agent programs)
@@ -82,3 +84,30 @@ async def test_cancellation_ends_the_whole_family_at_once(tmp_path: Path) -> Non
     with pytest.raises(asyncio.CancelledError):
         await task
     assert processes_with_env(marker) == []
+
+
+# A leader that leaves a sleeper in the background holding its stdin, stdout and stderr (`cmd &` without closing
+# them, as Node and Rust spawns do), or holding only the extra copies of them that a uvloop child inherits; writes
+# more than a pipe holds, and exits without reading its stdin.
+BACKGROUND = {
+    "holding its pipes": "sleep 300 &",
+    "holding uvloop's copies": "sleep 300 </dev/null >/dev/null 2>&1 &",
+}
+
+
+@pytest.mark.parametrize("job", BACKGROUND.values(), ids=BACKGROUND.keys())
+def test_an_agent_that_leaves_a_background_job_ends_when_it_exits(tmp_path: Path, job: str) -> None:
+    env, marker = _env()
+    script = f"{job}\nhead -c 300000 /dev/zero | tr '\\0' x; echo; echo done >&2"
+    ended: list[ProcessResult] = []
+
+    async def main() -> int:  # on the server's loop: uvloop, as `conductor-mcp serve` runs
+        prompt = b"a prompt nobody reads\n" * 100_000  # more than a pipe holds
+        ended.append(await run_process(["/bin/sh", "-c", script], cwd=tmp_path, env=env, stdin=prompt, timeout_s=20))
+        return 0
+
+    run_async(main())
+    (result,) = ended
+    assert (result.exit_status, result.timed_out) == (0, False)  # not left waiting for the sleeper
+    assert result.stdout == b"x" * 300_000 + b"\n" and result.stderr_tail == b"done\n"  # all it wrote, read
+    assert processes_with_env(marker) == []  # and the sleeper went with its process group

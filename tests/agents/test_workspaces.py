@@ -68,6 +68,7 @@ async def test_the_diff_names_new_changed_deleted_and_binary_files(repo: Path, o
         assert by_path["new_module.py"].status == "added" and "+ANSWER = 42" in diff.text
         assert by_path["notes.txt"].status == "deleted" and by_path["notes.txt"].removed == 1
         assert by_path["image.png"].binary and by_path["image.png"].added is None
+        assert (by_path["image.png"].size, by_path["notes.txt"].size) == (308, None)  # a deleted file has none
         assert "Binary files /dev/null and b/image.png differ" in diff.text and "PNG" not in diff.text
         assert not diff.truncated and diff.added == 5 and diff.removed == 1
         patch = ws.patch()  # the whole change, binary included, applies where the caller's tree still matches
@@ -94,6 +95,22 @@ async def test_a_long_diff_is_cut_at_a_line_with_a_marker(repo: Path, owner: Wor
         ("+line", "@@", "+++", "---", "diff", "new", "index")
     )
     assert "1 files changed in all, +5000 -0 lines" in marker
+
+
+async def test_a_change_over_the_patch_cap_is_summarised_in_bounded_memory(repo: Path, owner: Workspaces) -> None:
+    async with owner.run("r-large") as scope:
+        ws = await scope.create(repo)
+        (ws.work / "big.txt").write_text("".join(f"line {n}\n" for n in range(50_000)))  # 539 kB of text
+        (ws.work / "calc.py").write_text("")
+        patch, files = ws.patch_from(ws, max_bytes=64 * 1024)
+        diff = ws.diff(max_bytes=2000)
+        with pytest.raises(WorkspaceError, match=f"its patch is over {64 * 1024} bytes"):
+            ws.patch(max_bytes=64 * 1024)
+    assert patch is None  # too large to keep: not read past the cap
+    by_path = {f.path: f for f in files}  # but what it changed is all there
+    assert (by_path["big.txt"].status, by_path["big.txt"].size, by_path["big.txt"].added) == ("added", 538_890, 50_000)
+    assert (by_path["calc.py"].size, by_path["calc.py"].removed) == (0, 6)
+    assert diff.truncated and len(diff.text.encode()) <= 2000 and diff.full_bytes > 500_000
 
 
 async def test_a_second_workspace_starts_from_the_firsts_result(repo: Path, owner: Workspaces) -> None:
