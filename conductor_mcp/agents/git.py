@@ -5,10 +5,18 @@ alternates. Snapshots of a directory (`git add -A` into a private index, then `w
 the caller's repository gains nothing but the worktree entry that `git worktree add` makes. Every command names its
 git directory and work tree explicitly: a `.git` file inside a workspace is the agent's to change, and is never
 what tells the server which repository (and which configuration, hooks or filters) to use.
+
+Git never runs a program that a repository or the server user's configuration names (`git` below is the one place
+that runs it). The user's global and the system configuration are not read at all (a `git lfs install` leaves a
+filter driver there). The repository's own configuration (`.git/config`, its includes, a worktree's config) is
+read, so before each command the configuration that command would read is listed and every key that names a
+program (filter, diff and merge drivers, hooks, fsmonitor, ssh, editors, helpers) is overridden with a value that
+runs nothing. The overrides travel as GIT_CONFIG_COUNT/KEY/VALUE: unlike `-c`, a name holding `=` cannot break them.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,35 +27,82 @@ from conductor_mcp.errors import WorkspaceError
 
 GIT_TIMEOUT_S = 300.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-# Never run a program the repository's settings or attributes name while reading a workspace.
-# Files are written and hashed byte for byte: what the agent sees is what the caller has.
-_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
+# Set for every command. Files are written and hashed byte for byte: what the agent sees is what the caller has.
+_FIXED = {
+    "core.hooksPath": "/dev/null",
+    "core.fsmonitor": "false",
+    "core.autocrlf": "false",
+    "core.attributesFile": "/dev/null",
+    "diff.external": "",
+    "gc.auto": "0",
+    "maintenance.auto": "false",
+}
+# Keys that name a program to run (section.[subsection.]key, as `git config --list` names them).
+_PROGRAM_KEY = re.compile(
+    r"filter\..+\.(clean|smudge|process)|diff\..+\.(textconv|command)|merge\..+\.driver|diff\.external"
+    r"|core\.(fsmonitor|hookspath|sshcommand|gitproxy|askpass|editor|pager|alternaterefscommand)|sequence\.editor"
+    r"|gpg(\..+)?\.program|credential(\..+)?\.helper|uploadpack\.packobjectshook|remote\..+\.(uploadpack|receivepack|vcs)",
+    re.IGNORECASE | re.DOTALL,
+)
+_NEUTRAL = {"core.fsmonitor": "false", "core.hookspath": "/dev/null"}  # every other program key: "" (runs nothing)
+_REQUIRED_FILTER = re.compile(r"filter\..+\.required", re.IGNORECASE | re.DOTALL)  # "" would make git die instead
 
 
 def git(
     args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, stdin: bytes | None = None, check: bool = True
 ) -> bytes:
-    """Run git; its stdout, or (when `check`) WorkspaceError with the end of its stderr if it fails."""
+    """Run git with no program of any configuration's choosing; its stdout, or (when `check`) WorkspaceError with
+    the end of its stderr if it fails."""
     base = {k: v for k, v in child_environment().items() if not k.startswith("GIT_")}
-    command = ["git", *_SAFE, *args]
+    environment = {
+        **base,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        **(env or {}),
+    }
+    listed = _run(["config", "--list", "--name-only", "-z"], cwd, {**environment, **_config_env(_FIXED)}, None)
+    if listed.returncode != 0:
+        raise WorkspaceError(f"git config could not be read in {cwd}: {_tail(listed)}")
+    overrides = dict(_FIXED)
+    for raw in listed.stdout.split(b"\0"):
+        name = raw.decode(errors="surrogateescape")
+        if _PROGRAM_KEY.fullmatch(name):
+            overrides[name] = _NEUTRAL.get(name.lower(), "")
+        elif _REQUIRED_FILTER.fullmatch(name):
+            overrides[name] = "false"
+    done = _run(args, cwd, {**environment, **_config_env(overrides)}, stdin)
+    if check and done.returncode != 0:
+        raise WorkspaceError(f"git {args[0]} failed in {cwd}: {_tail(done)}")
+    return done.stdout
+
+
+def _config_env(overrides: dict[str, str]) -> dict[str, str]:
+    pairs = list(overrides.items())
+    numbered = {
+        f"GIT_CONFIG_{part}_{n}": value
+        for n, pair in enumerate(pairs)
+        for part, value in zip(("KEY", "VALUE"), pair, strict=True)
+    }
+    return {"GIT_CONFIG_COUNT": str(len(pairs)), **numbered}
+
+
+def _run(
+    args: Sequence[str], cwd: Path, env: dict[str, str], stdin: bytes | None
+) -> subprocess.CompletedProcess[bytes]:
     try:
-        done = subprocess.run(
-            command,
-            cwd=cwd,
-            env={**base, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
-            input=stdin,
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
+        return subprocess.run(
+            ["git", *args], cwd=cwd, env=env, input=stdin, capture_output=True, timeout=GIT_TIMEOUT_S, check=False
         )
     except FileNotFoundError:
         raise WorkspaceError("git is not installed: workspaces need it (apt-get install git)") from None
     except subprocess.TimeoutExpired:
         raise WorkspaceError(f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}") from None
-    if check and done.returncode != 0:
-        detail = done.stderr.decode(errors="replace").strip()[-500:]
-        raise WorkspaceError(f"git {args[0]} failed in {cwd}: {detail or f'exit status {done.returncode}'}")
-    return done.stdout
+
+
+def _tail(done: subprocess.CompletedProcess[bytes]) -> str:
+    detail = done.stderr.decode(errors="replace").strip()[-500:]
+    return detail or f"exit status {done.returncode}"
 
 
 def text(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -103,24 +158,43 @@ class Store:
             "GIT_WORK_TREE": str(work_tree),
             "GIT_INDEX_FILE": str(self.git_dir / index),
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": ":".join(str(p) for p in self.borrowed),
+            "GIT_LITERAL_PATHSPECS": "1",  # a folder named `:(glob)x` is that folder
         }
 
-    def snapshot(self, work_tree: Path, index: str = "index") -> str:
-        """The tree id of `work_tree` as it is now: tracked and untracked files, ignored ones left out."""
+    def snapshot(self, work_tree: Path, index: str = "index", within: str = "") -> str:
+        """The tree id of `work_tree` as it is now: tracked and untracked files, ignored ones left out. With
+        `within` (a relative folder) only that folder is read: the index keeps what it held for everything else."""
         env = self.env(work_tree, index)
-        git(["add", "-A", "--ignore-errors", "."], cwd=work_tree, env=env)
+        git(["add", "-A", "--ignore-errors", "--", within or "."], cwd=work_tree, env=env)
         return text(["write-tree"], cwd=work_tree, env=env)
 
-    def materialize(self, tree: str, work_tree: Path) -> None:
-        """Write the files of `tree` into `work_tree` (exactly their bytes: no filters of the caller's run)."""
-        env = self.env(work_tree, index="materialize-index")
-        git(["read-tree", tree], cwd=work_tree, env=env)
-        git(["checkout-index", "-a", "-f"], cwd=work_tree, env=env)
-        (self.git_dir / "materialize-index").unlink(missing_ok=True)
+    def snapshot_over(self, commit: str, work_tree: Path, index: str, within: str) -> str:
+        """The tree of a repository's work tree as its user has it: `commit` with the changes made since (staged,
+        unstaged, untracked but not ignored; tracked files stay even when ignored), read only `within` (a relative
+        folder, '' for all): outside it the commit's files stand."""
+        self.read_tree(commit, work_tree, index)
+        return self.snapshot(work_tree, index, within)
 
-    def tree_bytes(self, tree: str) -> int:
-        """The total size of the files in `tree`, read from the object store without writing anything."""
-        listing = git(["ls-tree", "-r", "-l", "-z", tree], cwd=self.git_dir, env=self.env(self.git_dir))
+    def read_tree(self, tree: str, work_tree: Path, index: str = "index") -> None:
+        """Make the index hold `tree`, with no stat data (a snapshot then reads every file it covers)."""
+        git(["read-tree", tree], cwd=work_tree, env=self.env(work_tree, index))
+
+    def materialize(self, tree: str, work_tree: Path, within: str = "") -> None:
+        """Write the files of `tree` into `work_tree` (exactly their bytes: no filters of the caller's run), only
+        those `within` a relative folder when one is named. The store's index then holds `tree`, so that later
+        snapshots (`within` the same folder) keep the rest of it as it is."""
+        env = self.env(work_tree)
+        self.read_tree(tree, work_tree)
+        if not within:
+            git(["checkout-index", "-a", "-f", "-u"], cwd=work_tree, env=env)
+            return
+        paths = git(["ls-files", "-z", "--", within], cwd=work_tree, env=env)
+        git(["checkout-index", "-f", "-u", "-z", "--stdin"], cwd=work_tree, env=env, stdin=paths)
+
+    def tree_bytes(self, tree: str, within: str = "") -> int:
+        """The total size of the files in `tree` (under `within`), read from the object store writing nothing."""
+        args = ["ls-tree", "-r", "-l", "-z", tree, "--", *([within] if within else [])]
+        listing = git(args, cwd=self.git_dir, env=self.env(self.git_dir))
         sizes = (entry.split(b"\t", 1)[0].split()[-1] for entry in listing.split(b"\0") if entry)
         return sum(int(size) for size in sizes if size.isdigit())
 

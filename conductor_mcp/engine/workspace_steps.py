@@ -27,6 +27,7 @@ from conductor_mcp.agents.runner import run_agent
 from conductor_mcp.agents.tools import WorkspaceTools
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.config import Settings
+from conductor_mcp.context_files import root_holding
 from conductor_mcp.core.agent_records import AgentRecord, StepWork
 from conductor_mcp.core.pool import Pool, WorkerSpec
 from conductor_mcp.core.records import Attempt, Run, StepRecord
@@ -45,9 +46,16 @@ class WorkspaceSteps:
     """The workspace steps of one run: their workspaces (by step key) in the run's scope."""
 
     def __init__(
-        self, scope: RunWorkspaces, source: Path, pool: Pool, providers: Providers, step_timeout_s: float
+        self,
+        scope: RunWorkspaces,
+        source: Path,
+        pool: Pool,
+        providers: Providers,
+        step_timeout_s: float,
+        bound: Path | None = None,
     ) -> None:
         self.scope, self.source, self.pool, self.providers = scope, source, pool, providers
+        self.bound = bound  # the root that holds the source: nothing outside it is in a workspace
         self.deadline_s = max(1.0, step_timeout_s - DEADLINE_MARGIN_S)
         self._by_step: dict[str, Workspace] = {}
         self._origin: dict[str, Workspace] = {}  # workspace id -> the first workspace of its chain
@@ -156,7 +164,7 @@ class WorkspaceSteps:
             workspace = await self.scope.derive(parent)
             self._origin[workspace.id] = self._origin_of(parent)
         else:
-            workspace = await self.scope.create(self.source)
+            workspace = await self.scope.create(self.source, self.bound)
             self._origin[workspace.id] = workspace
             if latest is not None and latest.work is not None and latest.work.patch:
                 await self._take_over(workspace, latest)
@@ -225,10 +233,11 @@ async def workspace_steps(
 ) -> AsyncIterator[WorkspaceSteps | None]:
     """The run's workspace steps while it executes (None when its pool has no worker that needs a workspace); its
     workspaces are removed when it ends, unless the run asked to keep them. The repository is the run's
-    `workspace`, else the operator's first root."""
+    `workspace`, else the operator's first root; a workspace holds no more of it than the root that holds it."""
     if owner is None or not any(worker.needs_workspace() for worker in pool.workers):
         yield None
         return
     source = Path(run.workspace) if run.workspace else settings.file_roots[0]
+    bound = root_holding(source, settings.file_roots)
     async with owner.run(run.id, keep=run.keep_workspaces) as scope:
-        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s)
+        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s, bound)
