@@ -289,6 +289,33 @@ async def test_a_tool_using_reviewer_reads_the_agents_result_in_a_workspace_buil
     assert "+print(6 * 7)" in messages["1"][0]["content"]  # it was shown the diff too
 
 
+async def test_a_root_inside_the_repository_is_all_a_tool_using_model_sees(
+    tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
+) -> None:
+    """CONDUCTOR_ROOTS is the repository's pkg folder: the workspace holds pkg only, so files above it, tracked
+    (calc.py) or untracked (notes.txt), cannot be read or listed."""
+    script = Script(
+        [("read", {"path": "calc.py"}), ("read", {"path": "notes.txt"}), ("search", {"pattern": "def add"})],
+        final="Nothing above pkg.",
+    )
+    with ScriptedServer(script) as server:
+        doc = sim_pool_doc(name="agents", anonymize=False)
+        reader = {"id": "reader", "description": "reads", "model": "hosted_vllm/reader", "max_retries": 0}
+        reader |= {"api_base": f"{server.base_url}/v1", "tools": ["read", "search"]}
+        doc["workers"] = [reader, *doc["workers"]]
+        write_pool(pool_dir, doc)
+        settings = Settings.from_env(
+            state_dir=tmp_path / "state", workspace_dir=agent_root, roots=(repo / "pkg",)
+        ).with_pool_dirs_first(pool_dir)
+        run, _, _ = await run_workflow(settings, [Step(worker="reader", instruction="Look around.", access=[])])
+    assert run.status == "done", run.error
+    (step,) = run.steps
+    assert step.work is not None
+    calc, notes, search = step.work.tool_uses
+    assert "does not exist" in calc.output and "does not exist" in notes.output and search.output == "no match"
+    assert step.work.base.scope == "pkg" and step.work.base.subdir == "pkg"
+
+
 def test_the_cli_runs_agents_on_the_workspace_it_names_and_prints_the_patch(
     pool_dir: Path, agent_root: Path, repo: Path, tmp_path: Path
 ) -> None:
