@@ -89,8 +89,8 @@ def _refuse_links(source: Path, path: str) -> None:
         folder = folder / part
         try:
             mode = os.lstat(folder).st_mode
-        except FileNotFoundError:
-            break  # git makes it, and what is under it, as plain folders
+        except OSError:
+            break  # missing: git makes it, and what is under it, as plain folders (or fails, writing nothing)
         if stat.S_ISLNK(mode):
             raise PatchRefused(
                 f"the patch writes {path!r}, but {folder.relative_to(source)} is a symbolic link in {source} "

@@ -9,9 +9,10 @@ what tells the server which repository (and which configuration, hooks or filter
 Git never runs a program that a repository or the server user's configuration names (`git` below is the one place
 that runs it). The user's global and the system configuration are not read at all (a `git lfs install` leaves a
 filter driver there). The repository's own configuration (`.git/config`, its includes, a worktree's config) is
-read, so before each command the configuration that command would read is listed and every key that names a
-program (filter, diff and merge drivers, hooks, fsmonitor, ssh, editors, helpers) is overridden with a value that
-runs nothing. The overrides travel as GIT_CONFIG_COUNT/KEY/VALUE: unlike `-c`, a name holding `=` cannot break them.
+read, so before each command on it the configuration that command would read is listed and every key that names
+a program (filter, diff and merge drivers, hooks, fsmonitor, ssh, editors, helpers) is overridden with a value that
+runs nothing (a Store's configuration is only what `init` wrote: it is not listed). The overrides travel as
+GIT_CONFIG_COUNT/KEY/VALUE: unlike `-c`, a name holding `=` cannot break them.
 """
 
 from __future__ import annotations
@@ -37,22 +38,29 @@ _FIXED = {
     "gc.auto": "0",
     "maintenance.auto": "false",
 }
-# Keys that name a program to run (section.[subsection.]key, as `git config --list` names them).
+# Keys that name a program to run (section.[subsection.]key, as `git config --list` names them), each set to "", which
+# runs nothing; those of _FIXED (hooks, fsmonitor, diff.external) are already set, after every file is read.
 _PROGRAM_KEY = re.compile(
-    r"filter\..+\.(clean|smudge|process)|diff\..+\.(textconv|command)|merge\..+\.driver|diff\.external"
-    r"|core\.(fsmonitor|hookspath|sshcommand|gitproxy|askpass|editor|pager|alternaterefscommand)|sequence\.editor"
-    r"|gpg(\..+)?\.program|credential(\..+)?\.helper|uploadpack\.packobjectshook|remote\..+\.(uploadpack|receivepack|vcs)",
+    r"filter\..+\.(clean|smudge|process)|diff\..+\.(textconv|command)|merge\..+\.driver|sequence\.editor"
+    r"|core\.(sshcommand|gitproxy|askpass|editor|pager|alternaterefscommand)|gpg(\..+)?\.program"
+    r"|credential(\..+)?\.helper|uploadpack\.packobjectshook|remote\..+\.(uploadpack|receivepack|vcs)",
     re.IGNORECASE | re.DOTALL,
 )
-_NEUTRAL = {"core.fsmonitor": "false", "core.hookspath": "/dev/null"}  # every other program key: "" (runs nothing)
 _REQUIRED_FILTER = re.compile(r"filter\..+\.required", re.IGNORECASE | re.DOTALL)  # "" would make git die instead
 
 
 def git(
-    args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, stdin: bytes | None = None, check: bool = True
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    check: bool = True,
+    own_config: bool = False,
 ) -> bytes:
     """Run git with no program of any configuration's choosing; its stdout, or (when `check`) WorkspaceError with
-    the end of its stderr if it fails."""
+    the end of its stderr if it fails. `own_config`: the repository is a Store, whose configuration only `init`
+    wrote, so it is not listed (half the processes of a snapshot)."""
     base = {k: v for k, v in child_environment().items() if not k.startswith("GIT_")}
     environment = {
         **base,
@@ -61,20 +69,26 @@ def git(
         "GIT_CONFIG_NOSYSTEM": "1",
         **(env or {}),
     }
-    listed = _run(["config", "--list", "--name-only", "-z"], cwd, {**environment, **_config_env(_FIXED)}, None)
-    if listed.returncode != 0:
-        raise WorkspaceError(f"git config could not be read in {cwd}: {_tail(listed)}")
     overrides = dict(_FIXED)
-    for raw in listed.stdout.split(b"\0"):
+    listed = b"" if own_config else _listed_config(cwd, environment)
+    for raw in listed.split(b"\0"):
         name = raw.decode(errors="surrogateescape")
         if _PROGRAM_KEY.fullmatch(name):
-            overrides[name] = _NEUTRAL.get(name.lower(), "")
+            overrides[name] = ""
         elif _REQUIRED_FILTER.fullmatch(name):
             overrides[name] = "false"
     done = _run(args, cwd, {**environment, **_config_env(overrides)}, stdin)
     if check and done.returncode != 0:
         raise WorkspaceError(f"git {args[0]} failed in {cwd}: {_tail(done)}")
     return done.stdout
+
+
+def _listed_config(cwd: Path, environment: dict[str, str]) -> bytes:
+    """The names of every configuration key a command run with `environment` in `cwd` would read."""
+    listed = _run(["config", "--list", "--name-only", "-z"], cwd, {**environment, **_config_env(_FIXED)}, None)
+    if listed.returncode != 0:
+        raise WorkspaceError(f"git config could not be read in {cwd}: {_tail(listed)}")
+    return listed.stdout
 
 
 def _config_env(overrides: dict[str, str]) -> dict[str, str]:
@@ -161,12 +175,15 @@ class Store:
             "GIT_LITERAL_PATHSPECS": "1",  # a folder named `:(glob)x` is that folder
         }
 
+    def run(self, args: Sequence[str], work_tree: Path, index: str = "index", stdin: bytes | None = None) -> bytes:
+        """Run git on this store, with `work_tree` as its work tree."""
+        return git(args, cwd=work_tree, env=self.env(work_tree, index), stdin=stdin, own_config=True)
+
     def snapshot(self, work_tree: Path, index: str = "index", within: str = "") -> str:
         """The tree id of `work_tree` as it is now: tracked and untracked files, ignored ones left out. With
         `within` (a relative folder) only that folder is read: the index keeps what it held for everything else."""
-        env = self.env(work_tree, index)
-        git(["add", "-A", "--ignore-errors", "--", within or "."], cwd=work_tree, env=env)
-        return text(["write-tree"], cwd=work_tree, env=env)
+        self.run(["add", "-A", "--ignore-errors", "--", within or "."], work_tree, index)
+        return self.run(["write-tree"], work_tree, index).decode().strip()
 
     def snapshot_over(self, commit: str, work_tree: Path, index: str, within: str) -> str:
         """The tree of a repository's work tree as its user has it: `commit` with the changes made since (staged,
@@ -177,31 +194,30 @@ class Store:
 
     def read_tree(self, tree: str, work_tree: Path, index: str = "index") -> None:
         """Make the index hold `tree`, with no stat data (a snapshot then reads every file it covers)."""
-        git(["read-tree", tree], cwd=work_tree, env=self.env(work_tree, index))
+        self.run(["read-tree", tree], work_tree, index)
 
     def materialize(self, tree: str, work_tree: Path, within: str = "") -> None:
         """Write the files of `tree` into `work_tree` (exactly their bytes: no filters of the caller's run), only
         those `within` a relative folder when one is named. The store's index then holds `tree`, so that later
         snapshots (`within` the same folder) keep the rest of it as it is."""
-        env = self.env(work_tree)
         self.read_tree(tree, work_tree)
         if not within:
-            git(["checkout-index", "-a", "-f", "-u"], cwd=work_tree, env=env)
+            self.run(["checkout-index", "-a", "-f", "-u"], work_tree)
             return
-        paths = git(["ls-files", "-z", "--", within], cwd=work_tree, env=env)
-        git(["checkout-index", "-f", "-u", "-z", "--stdin"], cwd=work_tree, env=env, stdin=paths)
+        paths = self.run(["ls-files", "-z", "--", within], work_tree)
+        self.run(["checkout-index", "-f", "-u", "-z", "--stdin"], work_tree, stdin=paths)
 
     def tree_bytes(self, tree: str, within: str = "") -> int:
         """The total size of the files in `tree` (under `within`), read from the object store writing nothing."""
         args = ["ls-tree", "-r", "-l", "-z", tree, "--", *([within] if within else [])]
-        listing = git(args, cwd=self.git_dir, env=self.env(self.git_dir))
+        listing = self.run(args, self.git_dir)
         sizes = (entry.split(b"\t", 1)[0].split()[-1] for entry in listing.split(b"\0") if entry)
         return sum(int(size) for size in sizes if size.isdigit())
 
     def diff(self, old: str, new: str, *extra: str) -> bytes:
         """`git diff-tree` between two trees: a unified diff, or what `extra` asks for."""
         args = ["diff-tree", "-r", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", *extra, old, new]
-        return git(args, cwd=self.git_dir, env=self.env(self.git_dir))
+        return self.run(args, self.git_dir)
 
     def tree_of(self, commit: str) -> str:
-        return text(["rev-parse", f"{commit}^{{tree}}"], cwd=self.git_dir, env=self.env(self.git_dir))
+        return self.run(["rev-parse", f"{commit}^{{tree}}"], self.git_dir).decode().strip()

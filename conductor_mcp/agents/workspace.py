@@ -98,7 +98,7 @@ class Workspace:
         patch, made against the tree this workspace holds, and make the result this workspace's base. Returns the
         workspace as it was (its origin, for `patch_from`); WorkspaceError, with nothing changed, if it does not fit."""
         origin = dataclasses.replace(self)
-        git.git(["apply", "--whitespace=nowarn", "-"], cwd=self.work, env=self.store.env(self.work), stdin=patch)
+        self.store.run(["apply", "--whitespace=nowarn", "-"], self.work, stdin=patch)
         self.base = self.base.model_copy(update={"tree": self.snapshot(), "parent": parent_id})
         return origin
 
@@ -234,7 +234,7 @@ def _worktree(
     git.git(["read-tree", repo.head], cwd=work)  # its own index is HEAD: `git status` shows the changes over it
     if scope:
         tracked = git.git(["ls-files", "-z"], cwd=work).split(b"\0")
-        outside = b"".join(path + b"\0" for path in tracked if path and not path.startswith(f"{scope}/".encode()))
+        outside = b"".join(path + b"\0" for path in tracked if path and not path.startswith(os.fsencode(f"{scope}/")))
         git.git(["update-index", "--skip-worktree", "-z", "--stdin"], cwd=work, stdin=outside)
     git.git(["update-index", "-q", "--refresh"], cwd=work, check=False)
     head_tree = store.tree_of(repo.head)
