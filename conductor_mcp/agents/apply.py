@@ -3,9 +3,10 @@
 The patch was made against a snapshot of the caller's files (HEAD and the uncommitted changes, or a plain
 directory's files). Before anything is written the tree is snapshotted again the same way, into a private store:
 if HEAD moved or a file changed since, nothing is applied and the error says so (the patch stays in the run).
-Every path the patch touches must then lie in the tree with no symbolic link on the way to it: an ignored link
-(`build -> /elsewhere`) is in no snapshot and no index, and git would write through it. A repository gets
-`git apply --3way` (its index is updated for the files the patch touches); a plain directory gets `git apply`.
+Every path the patch touches must then lie in the tree (in the workspace's scope, when it had one) with no
+symbolic link on the way to it: an ignored link (`build -> /elsewhere`) is in no snapshot and no index, and git
+would write through it. A repository gets `git apply --3way` (its index is updated for the files the patch
+touches); a plain directory gets `git apply`.
 Blocking (git): run it in a thread.
 """
 
@@ -53,6 +54,8 @@ def apply_patch(patch: bytes, base: WorkspaceBase) -> None:
             "nothing was applied; the patch stays available in the run"
         )
     for path in touched_paths(patch, source):
+        if base.scope and not PurePosixPath(path).is_relative_to(base.scope):
+            raise PatchRefused(f"the patch writes {path!r}, outside {base.scope}, the root its workspace held")
         _refuse_links(source, path)
     args = ["apply", "--3way", "-"] if base.kind == "worktree" else ["apply", "-"]
     try:

@@ -54,3 +54,13 @@ async def test_apply_refuses_a_link_the_tree_shows_too(repo: Path, tmp_path: Pat
         with pytest.raises(PatchRefused, match=r"'data/rows.csv'.*data is a symbolic link"):
             await asyncio.to_thread(apply_patch, ws.patch(), ws.base)
     assert os.listdir(elsewhere) == [] and (repo / "data").is_symlink()
+
+
+async def test_apply_refuses_a_path_outside_the_root_the_workspace_held(repo: Path, owner: Workspaces) -> None:
+    async with owner.run("scope") as scope:
+        bounded = await scope.create(repo / "pkg", bound=repo / "pkg")
+        whole = await scope.create(repo)
+        (whole.work / "calc.py").write_text("changed above the root\n")
+        with pytest.raises(PatchRefused, match=r"'calc.py', outside pkg"):
+            await asyncio.to_thread(apply_patch, whole.patch(), bounded.base)
+    assert (repo / "calc.py").read_text().startswith("def add")

@@ -18,6 +18,7 @@ import yaml
 from conductor_mcp.config import Settings
 from conductor_mcp.core.prompts import CHANGE_HEADING
 from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.doors.patches import apply_final_patch, patch_summary
 from conductor_mcp.errors import RequestError
 from conductor_mcp.models import sim_agent
 from conductor_mcp.service import Service
@@ -314,6 +315,22 @@ async def test_a_root_inside_the_repository_is_all_a_tool_using_model_sees(
     calc, notes, search = step.work.tool_uses
     assert "does not exist" in calc.output and "does not exist" in notes.output and search.output == "no match"
     assert step.work.base.scope == "pkg" and step.work.base.subdir == "pkg"
+
+
+async def test_an_agent_bounded_by_a_root_inside_the_repository_has_its_patch_applied(
+    tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
+) -> None:
+    """The workspace's repository lies above the caller's root; `apply` checks the root it holds, and writes."""
+    agent_pool(pool_dir)
+    settings = Settings.from_env(
+        state_dir=tmp_path / "state", workspace_dir=agent_root, roots=(repo / "pkg",)
+    ).with_pool_dirs_first(pool_dir)
+    run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction="sim-agent write mul.py: 6 * 7")])
+    assert run.status == "done", run.error
+    assert run.steps[0].work is not None and run.steps[0].work.base.scope == "pkg"
+    summary = await apply_final_patch(run, patch_summary(run), settings.file_roots)
+    assert summary is not None and summary.applied == "applied", summary
+    assert (repo / "pkg" / "mul.py").read_text() == "6 * 7\n"
 
 
 def test_the_cli_runs_agents_on_the_workspace_it_names_and_prints_the_patch(
