@@ -5,11 +5,20 @@ alternates. Snapshots of a directory (`git add -A` into a private index, then `w
 the caller's repository gains nothing but the worktree entry that `git worktree add` makes. Every command names its
 git directory and work tree explicitly: a `.git` file inside a workspace is the agent's to change, and is never
 what tells the server which repository (and which configuration, hooks or filters) to use.
+
+Git never runs a program that a repository or the server user's configuration names (`git` below is the one place
+that runs it). The user's global and the system configuration are not read at all (a `git lfs install` leaves a
+filter driver there). The repository's own configuration (`.git/config`, its includes, a worktree's config) is
+read, so before each command on it the configuration that command would read is listed and every key that names
+a program (filter, diff and merge drivers, hooks, fsmonitor, ssh, editors, helpers) is overridden with a value that
+runs nothing (a Store's configuration is only what `init` wrote: it is not listed). The overrides travel as
+GIT_CONFIG_COUNT/KEY/VALUE: unlike `-c`, a name holding `=` cannot break them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -22,30 +31,103 @@ from conductor_mcp.errors import WorkspaceError
 
 GIT_TIMEOUT_S = 300.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-# Never run a program the repository's settings or attributes name while reading a workspace.
-# Files are written and hashed byte for byte: what the agent sees is what the caller has.
-_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
-_NOT_INSTALLED = "git is not installed: workspaces need it (apt-get install git)"
+# Set for every command. Files are written and hashed byte for byte: what the agent sees is what the caller has.
+_FIXED = {
+    "core.hooksPath": "/dev/null",
+    "core.fsmonitor": "false",
+    "core.autocrlf": "false",
+    "core.attributesFile": "/dev/null",
+    "diff.external": "",
+    "gc.auto": "0",
+    "maintenance.auto": "false",
+}
+# Keys that name a program to run (section.[subsection.]key, as `git config --list` names them), each set to "", which
+# runs nothing; those of _FIXED (hooks, fsmonitor, diff.external) are already set, after every file is read.
+_PROGRAM_KEY = re.compile(
+    r"filter\..+\.(clean|smudge|process)|diff\..+\.(textconv|command)|merge\..+\.driver|sequence\.editor"
+    r"|core\.(sshcommand|gitproxy|askpass|editor|pager|alternaterefscommand)|gpg(\..+)?\.program"
+    r"|credential(\..+)?\.helper|uploadpack\.packobjectshook|remote\..+\.(uploadpack|receivepack|vcs)",
+    re.IGNORECASE | re.DOTALL,
+)
 _CHUNK = 256 * 1024
 _ERROR_TAIL_BYTES = 4096
+_REQUIRED_FILTER = re.compile(r"filter\..+\.required", re.IGNORECASE | re.DOTALL)  # "" would make git die instead
 
 
 def git(
-    args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, stdin: bytes | None = None, check: bool = True
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    check: bool = True,
+    own_config: bool = False,
 ) -> bytes:
-    """Run git; its stdout, or (when `check`) WorkspaceError with the end of its stderr if it fails."""
-    command, full_env = _invocation(args, env)
+    """Run git with no program of any configuration's choosing; its stdout, or (when `check`) WorkspaceError with
+    the end of its stderr if it fails. `own_config`: the repository is a Store, whose configuration only `init`
+    wrote, so it is not listed (half the processes of a snapshot)."""
+    done = _run(args, cwd, _invocation(cwd, env, own_config), stdin)
+    if check and done.returncode != 0:
+        raise WorkspaceError(f"git {args[0]} failed in {cwd}: {_tail(done)}")
+    return done.stdout
+
+
+def _invocation(cwd: Path, env: dict[str, str] | None, own_config: bool) -> dict[str, str]:
+    """The whole environment git runs with in `cwd`: no user or system configuration, and every key of the
+    repository's own that names a program set to run nothing (`own_config`: a Store's, which only `init` wrote)."""
+    base = {k: v for k, v in child_environment().items() if not k.startswith("GIT_")}
+    environment = {
+        **base,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        **(env or {}),
+    }
+    overrides = dict(_FIXED)
+    listed = b"" if own_config else _listed_config(cwd, environment)
+    for raw in listed.split(b"\0"):
+        name = raw.decode(errors="surrogateescape")
+        if _PROGRAM_KEY.fullmatch(name):
+            overrides[name] = ""
+        elif _REQUIRED_FILTER.fullmatch(name):
+            overrides[name] = "false"
+    return {**environment, **_config_env(overrides)}
+
+
+def _listed_config(cwd: Path, environment: dict[str, str]) -> bytes:
+    """The names of every configuration key a command run with `environment` in `cwd` would read."""
+    listed = _run(["config", "--list", "--name-only", "-z"], cwd, {**environment, **_config_env(_FIXED)}, None)
+    if listed.returncode != 0:
+        raise WorkspaceError(f"git config could not be read in {cwd}: {_tail(listed)}")
+    return listed.stdout
+
+
+def _config_env(overrides: dict[str, str]) -> dict[str, str]:
+    pairs = list(overrides.items())
+    numbered = {
+        f"GIT_CONFIG_{part}_{n}": value
+        for n, pair in enumerate(pairs)
+        for part, value in zip(("KEY", "VALUE"), pair, strict=True)
+    }
+    return {"GIT_CONFIG_COUNT": str(len(pairs)), **numbered}
+
+
+def _run(
+    args: Sequence[str], cwd: Path, env: dict[str, str], stdin: bytes | None
+) -> subprocess.CompletedProcess[bytes]:
     try:
-        done = subprocess.run(
-            command, cwd=cwd, env=full_env, input=stdin, capture_output=True, timeout=GIT_TIMEOUT_S, check=False
+        return subprocess.run(
+            ["git", *args], cwd=cwd, env=env, input=stdin, capture_output=True, timeout=GIT_TIMEOUT_S, check=False
         )
     except FileNotFoundError:
-        raise WorkspaceError(_NOT_INSTALLED) from None
+        raise WorkspaceError("git is not installed: workspaces need it (apt-get install git)") from None
     except subprocess.TimeoutExpired:
-        raise WorkspaceError(_too_long(args, cwd)) from None
-    if check and done.returncode != 0:
-        raise _failed(args, cwd, done.returncode, done.stderr)
-    return done.stdout
+        raise WorkspaceError(f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}") from None
+
+
+def _tail(done: subprocess.CompletedProcess[bytes]) -> str:
+    detail = done.stderr.decode(errors="replace").strip()[-500:]
+    return detail or f"exit status {done.returncode}"
 
 
 @dataclass(frozen=True)
@@ -57,23 +139,30 @@ class Head:
     whole: bool  # it was read to its end
 
 
-def head(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None, keep: int, read_at_most: int) -> Head:
+def head(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None,
+    keep: int,
+    read_at_most: int,
+    own_config: bool = False,
+) -> Head:
     """Run git keeping the first `keep` bytes of its output and counting the rest, up to `read_at_most`: past that
     git is stopped. Its output may be far larger than what memory should hold (an agent's change)."""
-    command, full_env = _invocation(args, env)
     with tempfile.TemporaryFile() as errors:
         try:
             proc = subprocess.Popen(
-                command,
+                ["git", *args],
                 cwd=cwd,
-                env=full_env,
+                env=_invocation(cwd, env, own_config),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=errors,
                 bufsize=0,
             )
         except FileNotFoundError:
-            raise WorkspaceError(_NOT_INSTALLED) from None
+            raise WorkspaceError("git is not installed: workspaces need it (apt-get install git)") from None
         expired = threading.Event()
         late = threading.Timer(GIT_TIMEOUT_S, lambda: (expired.set(), proc.kill()))
         late.start()
@@ -95,26 +184,12 @@ def head(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None, keep: in
             status = proc.wait()
             late.cancel()
         if expired.is_set():
-            raise WorkspaceError(_too_long(args, cwd))
+            raise WorkspaceError(f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}")
         if whole and status != 0:
             errors.seek(max(0, errors.seek(0, os.SEEK_END) - _ERROR_TAIL_BYTES))
-            raise _failed(args, cwd, status, errors.read())
+            detail = errors.read().decode(errors="replace").strip()[-500:]
+            raise WorkspaceError(f"git {args[0]} failed in {cwd}: {detail or f'exit status {status}'}")
     return Head(bytes(data), size, whole)
-
-
-def _invocation(args: Sequence[str], env: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
-    """The command line and the whole environment git runs with."""
-    base = {k: v for k, v in child_environment().items() if not k.startswith("GIT_")}
-    return ["git", *_SAFE, *args], {**base, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-
-
-def _too_long(args: Sequence[str], cwd: Path) -> str:
-    return f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}"
-
-
-def _failed(args: Sequence[str], cwd: Path, status: int, stderr: bytes) -> WorkspaceError:
-    detail = stderr.decode(errors="replace").strip()[-500:]
-    return WorkspaceError(f"git {args[0]} failed in {cwd}: {detail or f'exit status {status}'}")
 
 
 def text(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -170,35 +245,57 @@ class Store:
             "GIT_WORK_TREE": str(work_tree),
             "GIT_INDEX_FILE": str(self.git_dir / index),
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": ":".join(str(p) for p in self.borrowed),
+            "GIT_LITERAL_PATHSPECS": "1",  # a folder named `:(glob)x` is that folder
         }
 
-    def snapshot(self, work_tree: Path, index: str = "index") -> str:
-        """The tree id of `work_tree` as it is now: tracked and untracked files, ignored ones left out."""
-        env = self.env(work_tree, index)
-        git(["add", "-A", "--ignore-errors", "."], cwd=work_tree, env=env)
-        return text(["write-tree"], cwd=work_tree, env=env)
+    def run(self, args: Sequence[str], work_tree: Path, index: str = "index", stdin: bytes | None = None) -> bytes:
+        """Run git on this store, with `work_tree` as its work tree."""
+        return git(args, cwd=work_tree, env=self.env(work_tree, index), stdin=stdin, own_config=True)
 
-    def materialize(self, tree: str, work_tree: Path) -> None:
-        """Write the files of `tree` into `work_tree` (exactly their bytes: no filters of the caller's run)."""
-        env = self.env(work_tree, index="materialize-index")
-        git(["read-tree", tree], cwd=work_tree, env=env)
-        git(["checkout-index", "-a", "-f"], cwd=work_tree, env=env)
-        (self.git_dir / "materialize-index").unlink(missing_ok=True)
+    def snapshot(self, work_tree: Path, index: str = "index", within: str = "") -> str:
+        """The tree id of `work_tree` as it is now: tracked and untracked files, ignored ones left out. With
+        `within` (a relative folder) only that folder is read: the index keeps what it held for everything else."""
+        self.run(["add", "-A", "--ignore-errors", "--", within or "."], work_tree, index)
+        return self.run(["write-tree"], work_tree, index).decode().strip()
 
-    def tree_bytes(self, tree: str) -> int:
-        """The total size of the files in `tree`, read from the object store without writing anything."""
-        listing = git(["ls-tree", "-r", "-l", "-z", tree], cwd=self.git_dir, env=self.env(self.git_dir))
+    def snapshot_over(self, commit: str, work_tree: Path, index: str, within: str) -> str:
+        """The tree of a repository's work tree as its user has it: `commit` with the changes made since (staged,
+        unstaged, untracked but not ignored; tracked files stay even when ignored), read only `within` (a relative
+        folder, '' for all): outside it the commit's files stand."""
+        self.read_tree(commit, work_tree, index)
+        return self.snapshot(work_tree, index, within)
+
+    def read_tree(self, tree: str, work_tree: Path, index: str = "index") -> None:
+        """Make the index hold `tree`, with no stat data (a snapshot then reads every file it covers)."""
+        self.run(["read-tree", tree], work_tree, index)
+
+    def materialize(self, tree: str, work_tree: Path, within: str = "") -> None:
+        """Write the files of `tree` into `work_tree` (exactly their bytes: no filters of the caller's run), only
+        those `within` a relative folder when one is named. The store's index then holds `tree`, so that later
+        snapshots (`within` the same folder) keep the rest of it as it is."""
+        self.read_tree(tree, work_tree)
+        if not within:
+            self.run(["checkout-index", "-a", "-f", "-u"], work_tree)
+            return
+        paths = self.run(["ls-files", "-z", "--", within], work_tree)
+        self.run(["checkout-index", "-f", "-u", "-z", "--stdin"], work_tree, stdin=paths)
+
+    def tree_bytes(self, tree: str, within: str = "") -> int:
+        """The total size of the files in `tree` (under `within`), read from the object store writing nothing."""
+        args = ["ls-tree", "-r", "-l", "-z", tree, "--", *([within] if within else [])]
+        listing = self.run(args, self.git_dir)
         sizes = (entry.split(b"\t", 1)[0].split()[-1] for entry in listing.split(b"\0") if entry)
         return sum(int(size) for size in sizes if size.isdigit())
 
     def diff(self, old: str, new: str, *extra: str) -> bytes:
         """`git diff-tree` between two trees: a unified diff, or what `extra` asks for."""
-        return git(self._diff_args(old, new, extra), cwd=self.git_dir, env=self.env(self.git_dir))
+        return self.run(self._diff_args(old, new, extra), self.git_dir)
 
     def diff_head(self, old: str, new: str, *extra: str, keep: int, read_at_most: int) -> Head:
         """`diff` read in bounded memory: its first `keep` bytes, its size counted up to `read_at_most`."""
         args = self._diff_args(old, new, extra)
-        return head(args, cwd=self.git_dir, env=self.env(self.git_dir), keep=keep, read_at_most=read_at_most)
+        env = self.env(self.git_dir)
+        return head(args, cwd=self.git_dir, env=env, keep=keep, read_at_most=read_at_most, own_config=True)
 
     @staticmethod
     def _diff_args(old: str, new: str, extra: Sequence[str]) -> list[str]:
@@ -210,14 +307,11 @@ class Store:
         if not asked:
             return {}
         query = ("\n".join(asked) + "\n").encode()
-        answer = git(
-            ["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"],
-            cwd=self.git_dir,
-            env=self.env(self.git_dir),
-            stdin=query,
+        answer = self.run(
+            ["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"], self.git_dir, stdin=query
         )
         found = (line.split(" ") for line in answer.decode().splitlines())
         return {fields[0]: int(fields[2]) for fields in found if len(fields) == 3 and fields[1] == "blob"}
 
     def tree_of(self, commit: str) -> str:
-        return text(["rev-parse", f"{commit}^{{tree}}"], cwd=self.git_dir, env=self.env(self.git_dir))
+        return self.run(["rev-parse", f"{commit}^{{tree}}"], self.git_dir).decode().strip()

@@ -192,9 +192,10 @@ class RunWorkspaces:
             await self.owner.release(workspace)
         self.workspaces.clear()
 
-    async def create(self, source: Path) -> Workspace:
-        """A workspace holding `source` as the caller has it now (a worktree of its repository, or a copy)."""
-        return self._add(await self.owner.make(lambda d, i, left: ws.create(d, source, i, left)))
+    async def create(self, source: Path, bound: Path | None = None) -> Workspace:
+        """A workspace holding `source` as the caller has it now (a worktree of its repository, or a copy), and
+        nothing outside `bound` (the root that holds it; by default `source` itself)."""
+        return self._add(await self.owner.make(lambda d, i, left: ws.create(d, source, i, left, bound)))
 
     async def derive(self, parent: Workspace) -> Workspace:
         """A workspace that starts from `parent`'s result (a second agent building on the first one's work)."""

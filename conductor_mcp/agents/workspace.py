@@ -2,8 +2,11 @@
 
 A repository becomes a `git worktree` at HEAD (detached, no hooks run) holding exactly the caller's files as they
 are now: HEAD plus the staged, unstaged and untracked (not ignored) changes, so the agent sees what the user sees.
-A directory outside git becomes a copy. Either way the start is snapshotted as a git tree (the base), and the
-workspace's diff is that base against a snapshot taken when it is read: new files included, binary files named.
+With a `bound` (the operator's root that holds the source) that lies inside the repository, the worktree holds only
+that part of it (a sparse worktree: the rest is neither written nor read, untracked files above it included), and
+its snapshots read only that part. A directory outside git becomes a copy of itself only. Either way the start is
+snapshotted as a git tree (the base), and the workspace's diff is that base against a snapshot taken when it is
+read: new files included, binary files named.
 A workspace can also start from another one's result (`derive`), and then its diff shows only its own work.
 
 These functions block (git, file copies): the owner (agents/owner.py) runs them in threads.
@@ -64,8 +67,8 @@ class Workspace:
         return self.dir / "home"
 
     def snapshot(self) -> str:
-        """The tree id of the workspace as it is now."""
-        return self.store.snapshot(self.work)
+        """The tree id of the workspace as it is now (its scope read, the rest as it started)."""
+        return self.store.snapshot(self.work, within=self.base.scope)
 
     def diff(self, max_bytes: int = DIFF_MAX_BYTES) -> WorkspaceDiff:
         """What changed since the base, as a unified diff cut to `max_bytes` (binary files named, not shown)."""
@@ -95,7 +98,7 @@ class Workspace:
         patch, made against the tree this workspace holds, and make the result this workspace's base. Returns the
         workspace as it was (its origin, for `patch_from`); WorkspaceError, with nothing changed, if it does not fit."""
         origin = dataclasses.replace(self)
-        git.git(["apply", "--whitespace=nowarn", "-"], cwd=self.work, env=self.store.env(self.work), stdin=patch)
+        self.store.run(["apply", "--whitespace=nowarn", "-"], self.work, stdin=patch)
         self.base = self.base.model_copy(update={"tree": self.snapshot(), "parent": parent_id})
         return origin
 
@@ -153,22 +156,27 @@ class Workspace:
 # ----------------------------------------------------------------------------------------------- making one
 
 
-def create(directory: Path, source: Path, ws_id: str, budget_bytes: int) -> Workspace:
+def create(directory: Path, source: Path, ws_id: str, budget_bytes: int, bound: Path | None = None) -> Workspace:
     """A workspace in `directory` (which must not exist) holding `source` as the caller has it now: a worktree of
-    the repository that holds it, or a copy when it is in none (or its repository has no commit yet)."""
+    the repository that holds it, or a copy when it is in none (or its repository has no commit yet). Nothing
+    outside `bound` (a folder holding `source`; by default `source` itself) is in it."""
     source = source.resolve()
+    bound = source if bound is None else bound.resolve()
     if not source.is_dir():
         raise WorkspaceError(f"workspace source {source} is not a directory")
+    if not source.is_relative_to(bound):
+        raise WorkspaceError(f"workspace source {source} is outside {bound}, the root it must stay in")
     directory.mkdir(parents=True)
     try:
         repo = git.repository_of(source)
         if repo is None or repo.head is None:
             return _copy(directory, source, ws_id, budget_bytes, parent=None)
+        scope = bound.relative_to(repo.top).as_posix() if bound != repo.top and bound.is_relative_to(repo.top) else ""
         exclude = repo.common_dir / "info" / "exclude"
         store = git.Store.create(directory / "meta", [repo.common_dir / "objects"], exclude)
-        tree = store.snapshot(repo.top, index="caller-index")  # the caller's files as they are: HEAD and its changes
+        tree = store.snapshot_over(repo.head, repo.top, "caller-index", scope)  # the caller's files as they are
         subdir = source.relative_to(repo.top).as_posix() if source != repo.top else ""
-        return _worktree(directory, repo, store, tree, ws_id, budget_bytes, subdir)
+        return _worktree(directory, repo, store, tree, ws_id, budget_bytes, subdir, scope)
     except BaseException:
         remove_tree(directory)
         raise
@@ -183,11 +191,15 @@ def derive(directory: Path, parent: Workspace, ws_id: str, budget_bytes: int) ->
         own = parent.repo.common_dir / "objects"
         exclude = parent.store.git_dir / "info" / "exclude"
         store = git.Store.create(directory / "meta", [own, parent.store.git_dir / "objects"], exclude)
+        base = parent.base
         workspace = _worktree(
-            directory, parent.repo, store, parent.snapshot(), ws_id, budget_bytes, parent.base.subdir, parent.base
+            directory, parent.repo, store, parent.snapshot(), ws_id, budget_bytes, base.subdir, base.scope, base
         )
-        store.borrowed = [own]  # its own copy of the base, so that it outlives the parent
-        if store.snapshot(workspace.work) != workspace.base.tree:
+        # Its own copy of the base, so that it outlives the parent: with the stat data gone, the snapshot hashes
+        # every file of its scope again, and writes here what only the parent's store held.
+        store.read_tree(workspace.base.tree, workspace.work)
+        store.borrowed = [own]
+        if workspace.snapshot() != workspace.base.tree:
             raise WorkspaceError(f"workspace {ws_id}: the result of {parent.id} did not come across intact")
         return workspace
     except BaseException:
@@ -203,11 +215,13 @@ def _worktree(
     ws_id: str,
     budget_bytes: int,
     subdir: str,
+    scope: str,
     parent: WorkspaceBase | None = None,
 ) -> Workspace:
-    """A detached worktree of `repo` at its HEAD holding exactly the files of `tree`."""
+    """A detached worktree of `repo` at its HEAD holding exactly the files of `tree` (those in `scope`, when one is
+    named: the worktree's own index marks the others skip-worktree, so the agent's `git status` is clean)."""
     assert repo.head is not None
-    size = store.tree_bytes(tree)
+    size = store.tree_bytes(tree, scope)
     if size > budget_bytes:
         raise WorkspaceError(
             f"{repo.top}: its files take {size} bytes, over the {budget_bytes} left of the disk budget"
@@ -216,8 +230,12 @@ def _worktree(
     git.git(["worktree", "add", "--detach", "--no-checkout", str(work), repo.head], cwd=repo.top)
     entry = Path(git.text(["rev-parse", "--absolute-git-dir"], cwd=work))
     (directory / WORKTREE_ENTRY).write_text(str(entry))  # beside the store, where no agent can change it
-    store.materialize(tree, work)
+    store.materialize(tree, work, scope)
     git.git(["read-tree", repo.head], cwd=work)  # its own index is HEAD: `git status` shows the changes over it
+    if scope:
+        tracked = git.git(["ls-files", "-z"], cwd=work).split(b"\0")
+        outside = b"".join(path + b"\0" for path in tracked if path and not path.startswith(os.fsencode(f"{scope}/")))
+        git.git(["update-index", "--skip-worktree", "-z", "--stdin"], cwd=work, stdin=outside)
     git.git(["update-index", "-q", "--refresh"], cwd=work, check=False)
     head_tree = store.tree_of(repo.head)
     changes = store.diff(head_tree, tree, "-p", "--binary", "--full-index") if tree != head_tree else b""
@@ -226,6 +244,7 @@ def _worktree(
         kind="worktree",
         source=str(repo.top),
         subdir=subdir,
+        scope=scope,
         commit=repo.head,
         tree=tree,
         changes_digest=hashlib.sha256(changes).hexdigest() if changes else None,

@@ -20,6 +20,11 @@ class WorkspaceBase(BaseModel):
     kind: Literal["worktree", "copy"] = Field(description="a git worktree of the caller's repository, or a copy")
     source: str = Field(description="the caller's repository root (worktree) or directory (copy)")
     subdir: str = Field(default="", description="where in the source the agent works, relative ('' for the root)")
+    scope: str = Field(
+        default="",
+        description="the part of the repository the workspace holds, relative ('' for all of it): the operator's "
+        "root that holds the source, when that root lies inside the repository",
+    )
     commit: str | None = Field(default=None, description="the repository's HEAD (worktree workspaces)")
     tree: str = Field(description="git tree id of the workspace's content at its start: the base of its diff")
     changes_digest: str | None = Field(

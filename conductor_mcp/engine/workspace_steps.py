@@ -35,6 +35,7 @@ from conductor_mcp.core.records import Attempt, Run, StepRecord
 from conductor_mcp.errors import AgentFailed, AgentUnavailable, DiskBudgetExceeded, ProviderError, WorkspaceError
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.files import root_holding
 
 log = get_logger(__name__)
 
@@ -53,8 +54,10 @@ class WorkspaceSteps:
         providers: Providers,
         step_timeout_s: float,
         patch_max_bytes: int,
+        bound: Path | None = None,
     ) -> None:
         self.scope, self.source, self.pool, self.providers = scope, source, pool, providers
+        self.bound = bound  # the root that holds the source: nothing outside it is in a workspace
         self.deadline_s = max(1.0, step_timeout_s - DEADLINE_MARGIN_S)
         self.patch_max_bytes = patch_max_bytes  # the whole patch kept in the step for `apply`; a bigger one is not
         self._by_step: dict[str, Workspace] = {}
@@ -165,7 +168,7 @@ class WorkspaceSteps:
             workspace = await self.scope.derive(parent)
             self._origin[workspace.id] = self._origin_of(parent)
         else:
-            workspace = await self.scope.create(self.source)
+            workspace = await self.scope.create(self.source, self.bound)
             self._origin[workspace.id] = workspace
             if latest is not None and latest.work is not None and latest.work.patch:
                 await self._take_over(workspace, latest)
@@ -237,11 +240,12 @@ async def workspace_steps(
 ) -> AsyncIterator[WorkspaceSteps | None]:
     """The run's workspace steps while it executes (None when its pool has no worker that needs a workspace); its
     workspaces are removed when it ends, unless the run asked to keep them. The repository is the run's
-    `workspace`, else the operator's first root."""
+    `workspace`, else the operator's first root; a workspace holds no more of it than the root that holds it."""
     if owner is None or not any(worker.needs_workspace() for worker in pool.workers):
         yield None
         return
     source = Path(run.workspace) if run.workspace else settings.file_roots[0]
+    bound = root_holding(source, settings.file_roots)
     async with owner.run(run.id, keep=run.keep_workspaces) as scope:
         patch_max_bytes = int(settings.patch_max_mib * 2**20)
-        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s, patch_max_bytes)
+        yield WorkspaceSteps(scope, source, pool, providers, settings.step_timeout_s, patch_max_bytes, bound)

@@ -196,6 +196,14 @@ def workspace_in_roots(path: str | None, roots: list[Path]) -> Path:
     return resolved
 
 
+def root_holding(path: Path, roots: list[Path]) -> Path:
+    """The innermost of `roots` that holds `path` (both resolved): what a workspace of `path` may contain. A path
+    in no root is bounded by itself."""
+    resolved = path.resolve()
+    holding = [root.resolve() for root in roots if resolved.is_relative_to(root.resolve())]
+    return max(holding, key=lambda root: len(root.parts), default=resolved)
+
+
 def roots_from_uris(uris: list[str]) -> list[Path]:
     """Local directories from a client's `file://` root URIs (others are ignored)."""
     return [Path(unquote(urlparse(uri).path)) for uri in uris if uri.startswith("file://")]

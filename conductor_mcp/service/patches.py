@@ -122,7 +122,8 @@ async def apply_final_patch(run: Run, summary: PatchSummary | None, roots: list[
         return _refused(summary, summary.note or "the patch is not kept, so it cannot be applied")
     work = found[1]
     try:
-        workspace_in_roots(work.root.source, roots)  # a tree this caller may still name
+        # A tree this caller may still name: the part of it the workspace held (its root, when inside a repository).
+        workspace_in_roots(str(Path(work.root.source, work.root.scope)), roots)
         await asyncio.to_thread(apply_patch, patch.encode("utf-8"), work.root)
     except (PatchRefused, RequestError) as exc:
         return _refused(summary, str(exc))

@@ -21,6 +21,7 @@ from conductor_mcp.core.prompts import CHANGE_HEADING
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.errors import RequestError
 from conductor_mcp.models import sim_agent
+from conductor_mcp.service.patches import apply_final_patch, patch_summary
 from conductor_mcp.service.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
@@ -332,6 +333,49 @@ async def test_a_tool_using_reviewer_reads_the_agents_result_in_a_workspace_buil
     assert ran.output.startswith("exit status") and "42" in ran.output and "Read-only file system" in ran.output
     assert review.output and review.output.startswith("Looks right.") and review.work.diff.files == []
     assert "+print(6 * 7)" in messages["1"][0]["content"]  # it was shown the diff too
+
+
+async def test_a_root_inside_the_repository_is_all_a_tool_using_model_sees(
+    tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
+) -> None:
+    """CONDUCTOR_ROOTS is the repository's pkg folder: the workspace holds pkg only, so files above it, tracked
+    (calc.py) or untracked (notes.txt), cannot be read or listed."""
+    script = Script(
+        [("read", {"path": "calc.py"}), ("read", {"path": "notes.txt"}), ("search", {"pattern": "def add"})],
+        final="Nothing above pkg.",
+    )
+    with ScriptedServer(script) as server:
+        doc = sim_pool_doc(name="agents", anonymize=False)
+        reader = {"id": "reader", "description": "reads", "model": "hosted_vllm/reader", "max_retries": 0}
+        reader |= {"api_base": f"{server.base_url}/v1", "tools": ["read", "search"]}
+        doc["workers"] = [reader, *doc["workers"]]
+        write_pool(pool_dir, doc)
+        settings = Settings.from_env(
+            state_dir=tmp_path / "state", workspace_dir=agent_root, roots=(repo / "pkg",)
+        ).with_pool_dirs_first(pool_dir)
+        run, _, _ = await run_workflow(settings, [Step(worker="reader", instruction="Look around.", access=[])])
+    assert run.status == "done", run.error
+    (step,) = run.steps
+    assert step.work is not None
+    calc, notes, search = step.work.tool_uses
+    assert "does not exist" in calc.output and "does not exist" in notes.output and search.output == "no match"
+    assert step.work.base.scope == "pkg" and step.work.base.subdir == "pkg"
+
+
+async def test_an_agent_bounded_by_a_root_inside_the_repository_has_its_patch_applied(
+    tmp_path: Path, pool_dir: Path, agent_root: Path, repo: Path
+) -> None:
+    """The workspace's repository lies above the caller's root; `apply` checks the root it holds, and writes."""
+    agent_pool(pool_dir)
+    settings = Settings.from_env(
+        state_dir=tmp_path / "state", workspace_dir=agent_root, roots=(repo / "pkg",)
+    ).with_pool_dirs_first(pool_dir)
+    run, _, _ = await run_workflow(settings, [Step(worker="writer", instruction="sim-agent write mul.py: 6 * 7")])
+    assert run.status == "done", run.error
+    assert run.steps[0].work is not None and run.steps[0].work.base.scope == "pkg"
+    summary = await apply_final_patch(run, patch_summary(run), settings.file_roots)
+    assert summary is not None and summary.applied == "applied", summary
+    assert (repo / "pkg" / "mul.py").read_text() == "6 * 7\n"
 
 
 def test_the_cli_runs_agents_on_the_workspace_it_names_and_prints_the_patch(

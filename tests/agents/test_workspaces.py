@@ -4,13 +4,16 @@ result, removal, the disk budget, and the caller's repository left exactly as it
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from conductor_mcp.agents.apply import apply_patch
 from conductor_mcp.agents.owner import KEPT_MARKER, Workspaces
+from conductor_mcp.agents.tools import WorkspaceTools
 from conductor_mcp.errors import WorkspaceError
 from tests.agents.repos import caller_repo, fingerprint, git, worktrees
 
@@ -147,8 +150,36 @@ async def test_a_directory_outside_git_is_copied(tmp_path: Path, owner: Workspac
 
 async def test_a_subdirectory_is_worked_in_within_the_whole_repository(repo: Path, owner: Workspaces) -> None:
     async with owner.run("r6") as scope:
-        ws = await scope.create(repo / "pkg")
+        ws = await scope.create(repo / "pkg", bound=repo)  # the root is the repository: all of it is there
         assert ws.base.subdir == "pkg" and ws.cwd == ws.work / "pkg" and (ws.work / "calc.py").exists()
+
+
+async def test_a_root_inside_the_repository_bounds_what_the_workspace_holds(repo: Path, owner: Workspaces) -> None:
+    """CONDUCTOR_ROOTS a folder of a repository: the workspace holds that folder only (tracked and untracked files
+    above it are neither copied nor readable), the agent's git sees no change, and the patch is the repository's."""
+    (repo / "pkg" / "draft.py").write_text("untracked under the root\n")
+    before = fingerprint(repo)
+    async with owner.run("r6b") as scope:
+        ws = await scope.create(repo / "pkg", bound=repo / "pkg")
+        assert ws.base.scope == "pkg" and ws.cwd == ws.work / "pkg"
+        assert (ws.work / "pkg" / "core.py").read_text() == "VALUE = 2  # unstaged\n"  # the caller's file, as it is
+        assert (ws.work / "pkg" / "draft.py").exists()
+        assert sorted(p.name for p in ws.work.iterdir()) == [".git", "pkg"]  # calc.py, README.md, notes.txt: not there
+        tools = WorkspaceTools(ws, ["read", "search"], "read-only")
+        for above in ("calc.py", "notes.txt", "README.md", "../calc.py"):
+            answer = await tools.call("read", json.dumps({"path": above}))
+            assert answer.error and "demo" not in answer.output and "untracked notes" not in answer.output
+        assert git(ws.work, "status", "--porcelain") == " M pkg/core.py\n?? pkg/draft.py\n"  # nothing above: deleted
+        (ws.work / "pkg" / "mul.py").write_text("def mul(a, b):\n    return a * b\n")
+        (ws.work / "stray.txt").write_text("written above the root")  # outside its scope: not part of its work
+        diff = ws.diff()
+        assert [f.path for f in diff.files] == ["pkg/mul.py"]
+        patch = ws.patch()
+        second = await scope.derive(ws)
+        assert second.base.scope == "pkg" and not (second.work / "calc.py").exists() and second.diff().files == []
+        assert fingerprint(repo) == before
+        await asyncio.to_thread(apply_patch, patch, ws.base)  # the caller's tree is still the one it was made from
+    assert (repo / "pkg" / "mul.py").exists() and not (repo / "stray.txt").exists()
 
 
 async def test_kept_workspaces_stay_for_inspection(repo: Path, owner: Workspaces) -> None:
