@@ -200,7 +200,8 @@ def install(args: argparse.Namespace, settings: Settings) -> list[str]:
     project = args.project.absolute() if args.project is not None else None
     path = args.config or config_path(args.host, project, Path.home())
     planned = plan(args.host, reg, path)
-    document = host_config.load(path)
+    host_config.check_links(path, project if project is not None and args.config is None else path.parent)
+    document = host_config.load(path, planned.table)
     existing = host_config.entry_of(document, planned.table, reg.name)
     conflict = existing is not None and existing != planned.entry
     if args.dry_run:

@@ -5,7 +5,7 @@ and prints what it did and an ANSWER line, like a sim worker.
     sim-agent write PATH: TEXT     write TEXT (with \\n for newlines) to PATH, relative, inside its directory
     sim-agent sleep SECONDS        sit there (a hung agent)
     sim-agent spawn SECONDS        leave a child sleeping in its own session (what a deadline must still kill)
-    sim-agent fail CODE            print to stderr and exit with CODE
+    sim-agent fail CODE            quote its prompt on stderr (as agent CLIs do when they fail) and exit with CODE
 
 It never runs anything the prompt says; a write it is refused (a read-only sandbox) is reported, not fatal.
 """
@@ -52,6 +52,7 @@ def main() -> int:
         elif action == "spawn":
             done.append(_spawn(argument))
         elif action == "fail":
+            sys.stderr.write(f"sim-agent: the prompt was: {prompt[:1000]}\n")
             sys.stderr.write(f"sim-agent: failing as asked in {os.getcwd()}\n")
             return int(argument)
     sys.stdout.write("sim-agent did: " + ("; ".join(done) or "nothing") + "\nANSWER: done\n")

@@ -8,7 +8,9 @@ time. A presented token is checked against every entry in constant time, without
 Writes (add, revoke) hold a lock on a file beside it and replace the file atomically (a new 0600 file renamed
 over the old), so a server reading it never sees half a file. A running server notices the change at the next
 request (it compares the file's identity, size and time): a revoked token is refused from then on, and viewer
-sessions signed in with it end.
+sessions signed in with it end. A session names the token it came from by the token's id (a digest of its entry,
+never the token), so a token revoked and added again under the same name is a new token: the old sessions stay
+ended.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp.core.principal import Principal, name_problem
+from conductor_mcp.core.principal import name_problem
 from conductor_mcp.core.records import now
 from conductor_mcp.errors import RequestError, SettingsError
 from conductor_mcp.runtime.logs import get_logger
@@ -51,6 +53,11 @@ class NamedToken:
         expected = bytes.fromhex(self.digest)
         return hmac.compare_digest(_digest(bytes.fromhex(self.salt), token), expected)
 
+    @property
+    def id(self) -> str:
+        """Names this token and no other (a new token under the same name has another id); tells nothing of it."""
+        return hashlib.sha256(b"conductor-mcp token id\0" + bytes.fromhex(self.digest)).hexdigest()[:32]
+
 
 def _digest(salt: bytes, token: str) -> bytes:
     return hmac.new(salt, token.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
@@ -70,19 +77,18 @@ class TokenBook:
         self._refresh()
         return list(self._entries.values())
 
-    def verify(self, token: str) -> Principal | None:
-        """The principal `token` belongs to, or None; every entry is compared, in constant time each."""
+    def find(self, token: str) -> NamedToken | None:
+        """The entry of `token`, or None; every entry is compared, in constant time each."""
         found: NamedToken | None = None
         for entry in self.entries():
             if entry.matches(token) and found is None:
                 found = entry
-        return Principal(found.name, found.admin) if found is not None else None
+        return found
 
-    def named(self, name: str) -> Principal | None:
-        """The principal of the token named `name`, while that token is not revoked."""
+    def named(self, name: str) -> NamedToken | None:
+        """The entry of the token named `name`, while that token is not revoked."""
         self._refresh()
-        entry = self._entries.get(name)
-        return Principal(entry.name, entry.admin) if entry is not None else None
+        return self._entries.get(name)
 
     def _refresh(self) -> None:
         try:

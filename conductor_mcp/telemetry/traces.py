@@ -3,13 +3,17 @@
 Every execution of a run is a trace: a `run` span; under it the conductor's `plan` span and one span per step
 (a nested step under the conductor step that wrote it); under those, one span per model call made (each retry and
 each fallback is an attempt of its own), named and described by the OpenTelemetry GenAI semantic conventions
-(gen_ai.request.model, gen_ai.usage.input_tokens/output_tokens, gen_ai.response.finish_reasons). Prompts and
-answers stay out of the spans unless the operator sets CONDUCTOR_TRACE_CONTENT. A resumed run continues the
-trace its id was stored with (`Run.trace_id`), so one run is one trace however many times it resumed.
+(gen_ai.request.model, gen_ai.usage.input_tokens/output_tokens, gen_ai.response.finish_reasons). The task, the
+prompts, the answers and error texts (a failing agent's stderr quotes its prompt; a provider's error may quote the
+request) stay out of the spans unless the operator sets CONDUCTOR_TRACE_CONTENT: a failed span says only what
+kind of failure it was (the step's status, the run's `Stop.kind`, the call's exception class). A resumed run
+continues the trace its id was stored with (`Run.trace_id`), so one run is one trace however many times it
+resumed.
 
 The spans are made from the run's events and records (telemetry/observer.py), not by the engine: a model call's
 span is written when its step ends, from the attempt's recorded start and latency. The tracer provider is the
-service's own (not the global one) and is shut down, flushing what is buffered, when the service closes.
+service's own (not the global one) and is flushed and shut down when the service closes, which a signal that
+stops `serve --http` lets happen (doors/http/app.py).
 Imported only when traces are configured: opentelemetry is an optional extra (`conductor-mcp[otel]`).
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -42,6 +47,8 @@ except ImportError as missing:  # pragma: no cover - the extra is part of dev in
     ) from None
 
 MAX_CONTENT_CHARS = 32_000  # of one span attribute holding prompt or answer text (opt-in)
+MAX_ERROR_CHARS = 500  # of an error's text in a span's status (opt-in)
+_ERROR_CLASS = re.compile(r"([A-Za-z_][\w.]{0,99})(?=: | after \d)")  # "RateLimitError: ...", "Timeout after 30s"
 Messages = Callable[[str, str], list[dict[str, Any]] | None]  # (run id, step key) -> the messages it was sent
 
 _RESUMED_TRACE: ContextVar[int | None] = ContextVar("conductor_resumed_trace", default=None)
@@ -98,6 +105,8 @@ class Tracing:
         return RunTrace(self, run)
 
     def shutdown(self) -> None:
+        """Export every span ended so far, then stop the exporter."""
+        self.provider.force_flush()
         self.provider.shutdown()
 
 
@@ -107,6 +116,7 @@ class RunTrace:
     def __init__(self, tracing: Tracing, run: Run) -> None:
         self.tracer = tracing.tracer
         self.messages = tracing.messages
+        self.content = tracing.messages is not None  # task, prompt, answer and error texts may go into spans
         attributes: dict[str, Any] = {"conductor.run.id": run.id, "conductor.pool": run.pool}
         if run.trace_id:
             attributes["conductor.run.resumed"] = True
@@ -150,8 +160,9 @@ class RunTrace:
             self._calls(span, call.attempts, call, None, None, output)
         span.set_attribute("conductor.workflow.steps", len(run.workflow.steps) if run.workflow else 0)
         span.set_attribute("conductor.repairs", len(run.repairs))
-        if run.fallback_reason:
-            span.set_attribute("conductor.fallback_reason", run.fallback_reason)
+        if run.fallback_reason:  # "<what failed>: <detail>", and the detail may quote the conductor's output
+            reason = run.fallback_reason if self.content else run.fallback_reason.partition(":")[0]
+            span.set_attribute("conductor.fallback_reason", reason)
             span.set_status(Status(StatusCode.ERROR, "the conductor's workflow was replaced by the fallback"))
         span.end()
 
@@ -163,8 +174,10 @@ class RunTrace:
         output = step.output if self.messages is not None else None
         self._calls(span, step.attempts, step, step.finish_reason, sent, output)
         span.set_attribute("conductor.step.status", step.status)
+        if step.stop is not None:
+            span.set_attribute("conductor.step.stop", step.stop.kind)
         if step.status != "done":
-            span.set_status(Status(StatusCode.ERROR, (step.error or step.status)[:500]))
+            span.set_status(Status(StatusCode.ERROR, self._error(step.error, step.status)))
         span.end()
 
     def _calls(
@@ -200,8 +213,9 @@ class RunTrace:
                 f"chat {attempt.model}", self._under(parent), SpanKind.CLIENT, attributes, start_time=start
             )
             if not attempt.ok:
-                span.set_attribute("error.type", (attempt.error or "error").split(":", 1)[0][:100])
-                span.set_status(Status(StatusCode.ERROR, (attempt.error or "")[:500]))
+                kind = error_class(attempt.error)
+                span.set_attribute("error.type", kind)
+                span.set_status(Status(StatusCode.ERROR, self._error(attempt.error, kind)))
             span.end(None if start is None else start + int(attempt.latency_s * 1e9))
 
     def _finished(self, run: Run) -> None:
@@ -218,8 +232,20 @@ class RunTrace:
         self.span.set_attribute("gen_ai.usage.output_tokens", run.totals.completion_tokens)
         self.span.set_attribute("conductor.run.cost_usd", run.totals.cost_usd)
         if run.status not in ("done", "planned"):
-            self.span.set_status(Status(StatusCode.ERROR, (run.error or run.status)[:500]))
+            kind = run.stop.kind if run.stop is not None else run.status
+            self.span.set_status(Status(StatusCode.ERROR, self._error(run.error, kind)))
         self.span.end()
+
+    def _error(self, text: str | None, kind: str) -> str:
+        """A failed span's status description: the error's text when content may go into spans, else its kind."""
+        return (text or kind)[:MAX_ERROR_CHARS] if self.content else kind
+
+
+def error_class(error: str | None) -> str:
+    """The exception class an attempt's error names ("RateLimitError: ...", "Timeout after 30s"), else "error":
+    never the message, which may quote the request or what an agent wrote."""
+    found = _ERROR_CLASS.match(error or "")
+    return found.group(1) if found else "error"
 
 
 def _usage(attempt: Attempt, usage: CallUsage, finish_reason: str | None) -> dict[str, Any]:

@@ -217,3 +217,78 @@ def test_what_cannot_be_written_is_refused_and_left_alone(home: Path) -> None:
     assert refused.returncode == 2 and "comments?" in refused.stderr and "--dry-run" in refused.stderr
     assert path.read_text().startswith("{\n  // my servers")
     assert "unknown pool" in install(home, "cursor", "--pool", "no-such-pool").stderr
+
+
+def test_a_link_planted_where_the_old_temporary_file_went_is_not_written_through(home: Path, tmp_path: Path) -> None:
+    user_config = home / ".claude.json"
+    user_config.write_text('{"mine": true}\n')
+    user_config.chmod(0o644)
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    planted = clone / "..mcp.json.conductor-mcp.tmp"
+    planted.symlink_to(user_config)
+    installed(home, "claude-code", "--project", str(clone))
+    assert user_config.read_text() == '{"mine": true}\n' and user_config.stat().st_mode & 0o777 == 0o644
+    assert planted.is_symlink() and not (clone / ".mcp.json").is_symlink()
+    assert entry(clone / ".mcp.json", "mcpServers")["env"]["CONDUCTOR_POOL"] == "sim"
+    assert sorted(p.name for p in clone.iterdir()) == ["..mcp.json.conductor-mcp.tmp", ".mcp.json"]  # no leftovers
+
+
+@pytest.mark.parametrize(
+    ("host", "link", "to"),
+    [("claude-code", ".mcp.json", ".claude.json"), ("cursor", ".cursor", ".cursor"), ("vscode", ".vscode", "code")],
+)
+def test_a_project_config_reached_through_a_link_is_refused(
+    home: Path, tmp_path: Path, host: str, link: str, to: str
+) -> None:
+    target = home / to
+    if link == ".mcp.json":
+        target.write_text('{"mine": true}\n')
+    else:
+        target.mkdir()
+    before = sorted((p.name, p.read_text()) for p in [target, *target.glob("*")] if p.is_file())
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / link).symlink_to(target)
+    refused = install(home, host, "--project", str(clone))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.strip() == refused.stderr.strip().splitlines()[0]  # one line
+    assert f"{clone / link}: is a symbolic link" in refused.stderr and "--config" in refused.stderr
+    assert sorted((p.name, p.read_text()) for p in [target, *target.glob("*")] if p.is_file()) == before
+    assert (clone / link).is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("host", "name", "content", "problem"),
+    [
+        ("cursor", "mcp.json", b'{"mcpServers": {', "not plain JSON"),
+        ("cursor", "mcp.json", b'\xff\xfe{"mcpServers": {}}', "not UTF-8 text"),
+        ("cursor", "mcp.json", b"[1, 2]", "holds a list, not a JSON object"),
+        ("cursor", "mcp.json", b'{"mcpServers": null}', "'mcpServers' is null, not a table of servers"),
+        ("vscode", "mcp.json", b'{"servers": ["conductor"]}', "'servers' is a list, not a table of servers"),
+        ("cursor", "mcp.json", b'{"mcpServers": {"conductor": 5}}', "server 'conductor' in 'mcpServers' is a number"),
+        ("codex", "config.toml", b"model = [", "not valid TOML"),
+        ("codex", "config.toml", b"mcp_servers = 1", "'mcp_servers' is a number, not a table of servers"),
+        ("codex", "config.toml", b"[[mcp_servers]]\ncommand = 'x'", "'mcp_servers' is a list, not a table"),
+        ("codex", "config.toml", b"[mcp_servers]\nconductor = 'x'", "server 'conductor' in 'mcp_servers' is a string"),
+    ],
+)
+def test_a_malformed_config_is_one_error_line_naming_the_file(
+    home: Path, host: str, name: str, content: bytes, problem: str
+) -> None:
+    path = home / "configs" / name
+    path.parent.mkdir()
+    path.write_bytes(content)
+    refused = install(home, host, "--config", str(path))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(f"conductor-mcp: error: {path}: {problem}"), refused.stderr
+    assert path.read_bytes() == content
+
+
+def test_codex_servers_written_as_an_inline_table_get_the_entry_inline(home: Path) -> None:
+    path = home / "configs" / "config.toml"
+    path.parent.mkdir()
+    path.write_text('mcp_servers = { other = { command = "other-server" } }\n')
+    installed(home, "codex", "--config", str(path))
+    servers = tomllib.loads(path.read_text())["mcp_servers"]
+    assert servers["other"] == {"command": "other-server"} and servers["conductor"]["args"] == ["serve"]

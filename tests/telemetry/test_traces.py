@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -17,11 +18,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from conductor_mcp.config import Settings
+from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.doors.viewer.html import run_page
 from conductor_mcp.runs.postgres import PostgresStore
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service.service import Service
-from tests.conftest import ask, scripted_pool, sim_pool_doc, worker
+from tests.agents.conftest import agent_root, needs_bwrap, repo  # noqa: F401 (fixtures used below)
+from tests.agents.test_engine import agent_pool
+from tests.conftest import HttpServer, ask, scripted_pool, sim_pool_doc, worker
 
 pytestmark = [pytest.mark.slow]
 
@@ -211,3 +215,63 @@ async def test_a_resumed_run_continues_its_trace_kept_in_postgresql(
     assert [attributes(r).get("conductor.run.resumed", False) for r in roots] == [False, True]
     assert [attributes(r)["conductor.run.status"] for r in roots] == ["interrupted", "done"]
     assert kept.trace_id in run_page(done, [])  # the viewer shows it
+
+
+@needs_bwrap
+async def test_a_failing_agents_stderr_that_quotes_the_task_stays_out_of_every_span(
+    tmp_path: Path,
+    pool_dir: Path,
+    agent_root: Path,  # noqa: F811 (the agent tests' fixture)
+    repo: Path,  # noqa: F811 (the agent tests' fixture)
+    receiver: tuple[str, Received],
+) -> None:
+    endpoint, received = receiver
+    agent_pool(pool_dir)
+    settings = Settings.from_env(
+        state_dir=tmp_path / "state", workspace_dir=agent_root, roots=(repo,), otlp_endpoint=endpoint
+    ).with_pool_dirs_first(pool_dir)
+    failing = Workflow(steps=[Step(worker="writer", instruction="sim-agent fail 3", access=[])])
+    async with Service.open(settings) as service:
+        run = await service.wait(service.start(ask(TASK, pool="agents"), failing).id, None)
+    (step,) = run.steps
+    assert run.status == "failed" and run.stop is not None
+    assert "secret-task-text" in (step.error or "") and "secret-task-text" in (run.error or "")  # what leaked
+    spans = {span.name: span for span in received.spans}
+    shown = [span.status.message for span in received.spans]
+    shown += [str(v) for span in received.spans for v in attributes(span).values()]
+    assert not any("secret-task-text" in text or "sim-agent" in text for text in shown), shown
+    assert spans["step 0 writer"].status.message == "failed"
+    assert spans["run agents"].status.message == run.stop.kind
+    calls = [span for span in received.spans if span.name.startswith("chat ")]
+    assert len(calls) == 2 and {attributes(c)["error.type"] for c in calls} == {c.status.message for c in calls}
+
+
+def test_the_spans_of_a_run_that_ends_just_before_the_server_stops_are_exported(
+    tmp_path: Path, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    server = HttpServer(
+        tmp_path / "state",
+        None,
+        CONDUCTOR_POOL="sim",
+        CONDUCTOR_SIM_TIME_SCALE="0.01",
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",  # nothing is exported on a timer: only the flush at shutdown sends them
+    )
+    try:
+        token = server.token_file.read_text().strip()
+        reply = httpx.post(
+            f"http://127.0.0.1:{server.port}/v1/responses",
+            json={"model": "conductor/sim", "input": TASK},
+            headers={"authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+        assert reply.status_code == 200, reply.text
+        run_id = reply.json()["metadata"]["conductor_run_id"]
+        assert received.spans == []
+    finally:
+        server.stop()  # SIGTERM
+    assert server.proc.returncode == 0, server.stderr()[-3000:]
+    (root,) = [span for span in received.spans if not span.parent_span_id]
+    assert attributes(root)["conductor.run.id"] == run_id and attributes(root)["conductor.run.status"] == "done"
+    assert len(received.spans) >= 4  # the run, its plan, its steps and their model calls

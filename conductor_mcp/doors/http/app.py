@@ -17,7 +17,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,6 +227,24 @@ def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) ->
     return BearerTokenMiddleware(Starlette(routes=routes, middleware=[Middleware(BodyLimit)]), viewer)
 
 
+def uvicorn_server(config: Any) -> Any:
+    """uvicorn's server, except that the SIGTERM or SIGINT that stops it is not raised again when it has stopped.
+
+    uvicorn raises it again there, so a SIGTERM ended the process before the caller's `Service.open` block could
+    close the service: runs executing were not recorded as interrupted, and the spans of runs that had just ended
+    were never exported. Here the server returns, the service closes, and the process exits normally."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()  # what uvicorn would raise again on the way out
+
+    return Server(config)
+
+
 def connection_limits(service: RunReader) -> dict[str, Any]:
     """uvicorn's settings for slow and half-open connections and keep-alive (doors/http/guards.py)."""
     settings = service.settings
@@ -277,7 +295,7 @@ async def serve_http(
         openai=f"http://{host}:{port}/v1",
         auth="bearer" if token else "none",
     )
-    await uvicorn.Server(config).serve()
+    await uvicorn_server(config).serve()
 
 
 async def serve_viewer(
@@ -297,4 +315,4 @@ async def serve_viewer(
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         **connection_limits(service),
     )
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await uvicorn_server(config).serve(sockets=[sock])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -22,7 +23,7 @@ from conductor_mcp.core.principal import LOCAL, LOCAL_NAME, Principal
 from conductor_mcp.errors import SettingsError
 from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.service.access import Access, Reads
-from conductor_mcp.service.tokens import TokenBook
+from conductor_mcp.service.tokens import NamedToken, TokenBook
 
 if TYPE_CHECKING:
     from conductor_mcp.service.reader import RunReader
@@ -34,6 +35,21 @@ ADMIN_SCOPE = "conductor:admin"  # sees and acts on every run
 RUNS_SCOPE = "conductor:runs"  # its own runs
 
 
+ADMIN_TOKEN_ID = "server"  # the admin token's id: sessions are signed with a key made from it, so a new one ends them
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who presented a token, and which token it was (its id, never the token): a viewer session or login code
+    made from it lasts only while that very token stands."""
+
+    principal: Principal
+    token_id: str
+
+
+LOCAL_IDENTITY = Identity(LOCAL, ADMIN_TOKEN_ID)
+
+
 class Credentials:
     """The tokens this server accepts and the principal each one is (an SDK `TokenVerifier`)."""
 
@@ -41,20 +57,32 @@ class Credentials:
         self._admin = admin_token.encode() if admin_token else None
         self.book = book
 
-    def principal_of(self, token: str) -> Principal | None:
-        """The principal a presented token is, or None; every token is compared in constant time."""
+    def identify(self, token: str) -> Identity | None:
+        """The principal a presented token is and the token's id, or None; every token is compared in constant
+        time."""
         token = token.strip(" ")
         local = self._admin is not None and hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._admin)
-        named = self._named(lambda book: book.verify(token))
-        return LOCAL if local else named
+        named = self._named(lambda book: book.find(token))
+        if local:
+            return LOCAL_IDENTITY
+        return Identity(Principal(named.name, named.admin), named.id) if named is not None else None
 
-    def principal_named(self, name: str) -> Principal | None:
-        """The principal called `name` while its token stands (a viewer session names its principal)."""
-        if name == LOCAL_NAME:
-            return LOCAL if self._admin is not None else None
-        return self._named(lambda book: book.named(name))
+    def principal_of(self, token: str) -> Principal | None:
+        """The principal a presented token is, or None."""
+        identity = self.identify(token)
+        return identity.principal if identity is not None else None
 
-    def _named(self, look_up: Callable[[TokenBook], Principal | None]) -> Principal | None:
+    def standing(self, identity: Identity) -> Principal | None:
+        """The principal `identity` names, as it is now, while the very token it names stands (not revoked, not
+        replaced by a new token under the same name)."""
+        if identity.principal.name == LOCAL_NAME:
+            return LOCAL if self._admin is not None and identity.token_id == ADMIN_TOKEN_ID else None
+        entry = self._named(lambda book: book.named(identity.principal.name))
+        if entry is None or not hmac.compare_digest(entry.id, identity.token_id):
+            return None
+        return Principal(entry.name, entry.admin)
+
+    def _named(self, look_up: Callable[[TokenBook], NamedToken | None]) -> NamedToken | None:
         if self.book is None:
             return None
         try:
@@ -76,6 +104,13 @@ def access_token(principal: Principal, token: str = "") -> AccessToken:
 def signed_in_user(principal: Principal) -> AuthenticatedUser:
     """The SDK's user for a principal that signed in otherwise than with the header (a viewer session)."""
     return AuthenticatedUser(access_token(principal))
+
+
+def presented_token() -> str | None:
+    """The token the current request's Authorization header presented; None when a viewer session signed it in
+    (its access token holds no token) or nobody is authenticated."""
+    token = get_access_token()
+    return token.token if token is not None and token.token else None
 
 
 def current_principal() -> Principal:

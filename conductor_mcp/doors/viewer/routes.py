@@ -6,7 +6,9 @@ reader's `follow`: the same progress events the MCP door reports for runs execut
 the store's changes for a run executing in another process. The browser never polls. Sign-in: the bearer
 header, or a session cookie (a new, expiring, revocable session per login: doors/viewer/sessions.py) set from a
 one-time login code (single-use, expires, not the token) or from the token posted in a form body (wrong ones
-are throttled); the token never travels in a URL. POST /ui/logout ends the session.
+are throttled); the token never travels in a URL. A login code is minted for a client that presents the token
+itself, never for a session (a stolen cookie cannot renew itself), and both codes and sessions last only while
+the token they came from stands. POST /ui/logout ends the session.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from conductor_mcp.core.events import ProgressEvent
-from conductor_mcp.core.principal import LOCAL, Principal
+from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import RUN_STATUSES
 from conductor_mcp.doors.http.auth import AuthThrottle
-from conductor_mcp.doors.http.principals import Credentials, current_principal, reads
+from conductor_mcp.doors.http.principals import LOCAL_IDENTITY, Credentials, Identity, presented_token, reads
 from conductor_mcp.doors.viewer import html as html
 from conductor_mcp.doors.viewer.list_page import list_page
 from conductor_mcp.doors.viewer.sessions import SESSION_TTL_S, Sessions
@@ -69,32 +71,34 @@ class ViewerAuth:
         self.credentials = Credentials(token, tokens)
         self.sessions = Sessions(token, session_ttl_s) if token else None  # not the token: no /mcp, no /v1
         self.throttle = AuthThrottle()
-        self._codes: dict[str, tuple[float, Principal]] = {}
+        self._codes: dict[str, tuple[float, Identity]] = {}
 
-    def mint(self, principal: Principal = LOCAL) -> str:
-        """A fresh single-use login code for `principal`, valid for CODE_TTL_S seconds."""
+    def mint(self, identity: Identity = LOCAL_IDENTITY) -> str:
+        """A fresh single-use login code for the holder of the token `identity` names, valid for CODE_TTL_S
+        seconds (and only while that token stands)."""
         now = time.monotonic()
         self._codes = {code: minted for code, minted in self._codes.items() if minted[0] > now}
         code = secrets.token_urlsafe(24)
-        self._codes[code] = (now + CODE_TTL_S, principal)
+        self._codes[code] = (now + CODE_TTL_S, identity)
         return code
 
-    def redeem(self, code: str) -> Principal | None:
-        """The principal a code was minted for, if it is unused and unexpired (it is used up either way)."""
-        until, principal = self._codes.pop(code, (0.0, None))
-        return principal if until > time.monotonic() else None
+    def redeem(self, code: str) -> Identity | None:
+        """Who a code was minted for, if it is unused, unexpired and its token stands (it is used up either way)."""
+        until, identity = self._codes.pop(code, (0.0, None))
+        if identity is None or until <= time.monotonic() or self.credentials.standing(identity) is None:
+            return None
+        return identity
 
     def session_principal(self, cookie_header: str) -> Principal | None:
-        """The principal of the browser's session, while the session and the token it signed in with stand."""
+        """The principal of the browser's session, while the session and the very token it signed in with stand."""
         session = self.sessions.find(cookie_header) if self.sessions is not None else None
-        name = self.sessions.principal(session) if self.sessions is not None and session is not None else None
-        return self.credentials.principal_named(name) if name is not None else None
+        return self.credentials.standing(session.identity) if session is not None else None
 
-    def signed_in(self, target: str, https: bool, principal: Principal) -> Response:
-        """Redirect to `target` (a viewer path only) with a new session's cookie set for `principal`."""
+    def signed_in(self, target: str, https: bool, identity: Identity) -> Response:
+        """Redirect to `target` (a viewer path only) with a new session's cookie set for `identity`."""
         response = RedirectResponse(target if _viewer_path(target) else "/ui/", status_code=303)
         if self.sessions is not None:
-            self.sessions.set_cookie(response, self.sessions.issue(principal.name), https)
+            self.sessions.set_cookie(response, self.sessions.issue(identity), https)
         return secured(response)
 
     def signed_out(self, cookie_header: str) -> Response:
@@ -236,10 +240,10 @@ class Viewer:
         """GET with a one-time code, or POST the token in a form body: either starts a session (a new cookie)."""
         https, target = request.url.scheme == "https", request.query_params.get("next", "/ui/")
         if self.auth.token is None:
-            return self.auth.signed_in(target, https, LOCAL)
+            return self.auth.signed_in(target, https, LOCAL_IDENTITY)
         if request.method == "GET":
-            if (principal := self.auth.redeem(request.query_params.get("code", ""))) is not None:
-                return self.auth.signed_in(target, https, principal)
+            if (identity := self.auth.redeem(request.query_params.get("code", ""))) is not None:
+                return self.auth.signed_in(target, https, identity)
             return login_page("/ui/", status=403)
         client = request.client.host if request.client else ""
         if (wait := self.auth.throttle.retry_after(client)) is not None:
@@ -247,8 +251,8 @@ class Viewer:
             return secured(HTMLResponse(page, status_code=429, headers={"retry-after": str(wait)}))
         form = await request.form()
         target = str(form.get("next") or "/ui/")
-        if (principal := self.auth.credentials.principal_of(str(form.get("token") or ""))) is not None:
-            return self.auth.signed_in(target, https, principal)
+        if (identity := self.auth.credentials.identify(str(form.get("token") or ""))) is not None:
+            return self.auth.signed_in(target, https, identity)
         self.auth.throttle.failed(client)
         return login_page(target, status=403)
 
@@ -256,8 +260,15 @@ class Viewer:
         return self.auth.signed_out(request.headers.get("cookie", ""))
 
     async def login_code(self, request: Request) -> Response:
-        """A one-time login URL for a browser, minted for a client that holds the token."""
-        code = self.auth.mint(current_principal())
+        """A one-time login URL for a browser, minted for a client that presents the token in its Authorization
+        header: a session's cookie mints none, so a stolen cookie cannot outlive its sign-out or expiry."""
+        identity = LOCAL_IDENTITY if self.auth.token is None else None
+        if (token := presented_token()) is not None:
+            identity = self.auth.credentials.identify(token)
+        if identity is None:
+            message = "a login code needs the token in Authorization: Bearer <token>; a viewer session cannot mint one"
+            return secured(JSONResponse({"error": message}, status_code=401))
+        code = self.auth.mint(identity)
         return secured(JSONResponse({"url": f"/ui/login?code={code}", "expires_in_s": CODE_TTL_S}))
 
     async def static(self, request: Request) -> Response:

@@ -1,12 +1,13 @@
 """The viewer's sign-in sessions: a random id per login, an expiry, revocable, in a signed cookie.
 
-A session is `<id>.<principal>.<expiry>.<mac>`: 128 random bits, the name of the principal that signed in
-(core/principal.py: the viewer shows it that principal's runs only), the Unix time it ends (SESSION_TTL_S after
-the login), and an HMAC of all three under a key derived from the server's admin token. So every replica and
-restart that shares the token accepts it (no session table to share), and changing the token ends every session;
-revoking the named token a session signed in with ends it too (doors/viewer/routes.py asks the token file). Signing out
-revokes the id in this process (until it would have expired anyway); other replicas keep accepting it until
-then, which docs/use/viewer.md says.
+A session is `<id>.<principal>.<token id>.<expiry>.<mac>`: 128 random bits, the name of the principal that signed
+in (core/principal.py: the viewer shows it that principal's runs only), the id of the token it signed in with
+(doors/http/principals.py: a digest, never the token), the Unix time it ends (SESSION_TTL_S after the login), and an
+HMAC of all four under a key derived from the server's admin token. So every replica and restart that shares the
+token accepts it (no session table to share), and changing the token ends every session; revoking or replacing
+the named token a session signed in with ends it too (doors/viewer/routes.py asks the token file on each request).
+Signing out revokes the id in this process (until it would have expired anyway); other replicas keep accepting
+it until then, which the README says.
 
 Cookies are not scoped by port: any server on the same host name (another local account's listener on another
 loopback port, say) receives the cookie when the browser visits it, and can replay it here until it expires or
@@ -23,12 +24,24 @@ import hmac
 import math
 import secrets
 import time
+from typing import NamedTuple
 
 from starlette.responses import Response
+
+from conductor_mcp.core.principal import Principal
+from conductor_mcp.doors.http.principals import Identity
 
 COOKIE = "conductor_viewer"
 SECURE_COOKIE = "__Host-conductor_viewer"
 SESSION_TTL_S = 8 * 3600
+
+
+class Session(NamedTuple):
+    """A valid session's parts: the principal's admin flag is not among them (it is read at each request)."""
+
+    id: str
+    identity: Identity
+    expiry: int
 
 
 class Sessions:
@@ -42,41 +55,35 @@ class Sessions:
     def _mac(self, body: str) -> str:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
 
-    def issue(self, principal: str) -> str:
-        body = f"{secrets.token_urlsafe(16)}.{principal}.{math.ceil(time.time() + self.ttl_s)}"
+    def issue(self, identity: Identity) -> str:
+        expiry = math.ceil(time.time() + self.ttl_s)
+        body = f"{secrets.token_urlsafe(16)}.{identity.principal.name}.{identity.token_id}.{expiry}"
         return f"{body}.{self._mac(body)}"
 
-    def check(self, value: str) -> tuple[str, str, int] | None:
-        """(id, principal, expiry) when `value` is a session this server issued, unexpired and not revoked."""
+    def check(self, value: str) -> Session | None:
+        """The session `value` is when this server issued it, unexpired and not revoked."""
         body, _, mac = value.rpartition(".")
         parts = body.split(".")
-        if len(parts) != 3 or not hmac.compare_digest(mac.encode(), self._mac(body).encode()):
+        if len(parts) != 4 or not hmac.compare_digest(mac.encode(), self._mac(body).encode()):
             return None
-        session_id, principal, expiry = parts
-        if not (session_id and principal and expiry.isdigit()):
+        session_id, principal, token_id, expiry = parts
+        if not (session_id and principal and token_id and expiry.isdigit()):
             return None
         if int(expiry) <= time.time() or session_id in self._revoked:
             return None
-        return session_id, principal, int(expiry)
+        return Session(session_id, Identity(Principal(principal), token_id), int(expiry))
 
-    def principal(self, value: str) -> str | None:
-        """The name of the principal a valid session signed in as."""
-        session = self.check(value)
-        return session[1] if session is not None else None
+    def revoke(self, session: Session) -> None:
+        now = time.time()
+        self._revoked = {i: until for i, until in self._revoked.items() if until > now}
+        self._revoked[session.id] = session.expiry
 
-    def revoke(self, value: str) -> None:
-        session = self.check(value)
-        if session is not None:
-            now = time.time()
-            self._revoked = {i: until for i, until in self._revoked.items() if until > now}
-            self._revoked[session[0]] = session[2]
-
-    def find(self, cookie_header: str) -> str | None:
-        """The first valid session value among a Cookie header's viewer cookies."""
+    def find(self, cookie_header: str) -> Session | None:
+        """The first valid session among a Cookie header's viewer cookies."""
         for part in cookie_header.split(";"):
             name, _, value = part.strip().partition("=")
-            if name in (COOKIE, SECURE_COOKIE) and self.check(value) is not None:
-                return value
+            if name in (COOKIE, SECURE_COOKIE) and (session := self.check(value)) is not None:
+                return session
         return None
 
     def set_cookie(self, response: Response, value: str, https: bool) -> None:

@@ -16,6 +16,7 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
 from conductor_mcp.doors.http.auth import MAX_FAILURES, token_weakness
+from conductor_mcp.doors.http.principals import ADMIN_TOKEN_ID, LOCAL_IDENTITY
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.doors.viewer.routes import ViewerAuth
 from conductor_mcp.errors import RequestError
@@ -75,13 +76,13 @@ async def test_sessions_expire_and_cannot_be_forged_or_stretched(tmp_path: Path)
     async with serving(tmp_path, auth) as client:
         cookie = await sign_in(client)
         name, _, value = cookie.partition("=")
-        session_id, principal, expiry, mac = value.split(".")
-        assert principal == "local"
-        stretched = f"{name}={session_id}.{principal}.{int(expiry) + 3600}.{mac}"
-        someone_else = f"{name}={session_id}.alice.{expiry}.{mac}"
+        session_id, principal, token_id, expiry, mac = value.split(".")
+        assert principal == "local" and token_id == ADMIN_TOKEN_ID
+        stretched = f"{name}={session_id}.{principal}.{token_id}.{int(expiry) + 3600}.{mac}"
+        someone_else = f"{name}={session_id}.alice.{token_id}.{expiry}.{mac}"
         other = ViewerAuth("another-token-0123456789-abcdefghijklmn").sessions
         assert other is not None
-        foreign = f"{name}={other.issue('local')}"
+        foreign = f"{name}={other.issue(LOCAL_IDENTITY)}"
         assert await status(client, cookie) == 200
         assert await status(client, stretched) == 401 and await status(client, foreign) == 401
         assert await status(client, someone_else) == 401

@@ -306,6 +306,52 @@ def test_the_viewer_shows_a_principal_its_own_runs_and_ends_revoked_sessions(tea
         assert client.get("/v1/models").status_code == 200  # the others go on
 
 
+def form_session(team: Team, token: str) -> str:
+    """The cookie of a viewer session signed in by posting `token` in the sign-in form."""
+    with team.http() as browser:
+        signed_in = browser.post("/ui/login", data={"token": token, "next": "/ui/"})
+        assert signed_in.status_code == 303, signed_in.text
+        return signed_in.headers["set-cookie"].split(";")[0]
+
+
+def test_a_session_ends_with_its_token_though_the_name_is_added_again(team: Team) -> None:
+    run_id = response_run(team.openai("alice").responses.create(model="conductor/sim", input=TASK))
+    dave = team.tokens["dave"] = team.add("dave")
+    cookie = form_session(team, dave)
+    with team.http("dave") as client:
+        code = client.post("/ui/login-codes").json()["url"]  # minted with dave's token, redeemed below
+    with team.http() as browser:
+        assert browser.get("/ui/", headers={"cookie": cookie}).status_code == 200
+        assert browser.get(f"/ui/runs/{run_id}", headers={"cookie": cookie}).status_code == 404
+    assert cli(team.state, "revoke", "dave").returncode == 0
+    again = team.add("dave", "--admin")  # the same name, a new token: an admin's
+    with team.http() as browser:
+        assert browser.get("/ui/", headers={"cookie": cookie}).status_code == 401
+        assert browser.get(f"/ui/runs/{run_id}", headers={"cookie": cookie}).status_code == 401
+        redeemed = browser.get(code, follow_redirects=False)
+        assert redeemed.status_code == 403 and "set-cookie" not in redeemed.headers  # its token is gone
+    admin_cookie = form_session(team, again)  # the new token signs in, as the admin it now is
+    with team.http() as browser:
+        assert browser.get(f"/ui/runs/{run_id}", headers={"cookie": admin_cookie}).status_code == 200
+        assert browser.get("/ui/", headers={"cookie": cookie}).status_code == 401  # the old session stays ended
+
+
+def test_a_session_cannot_mint_login_codes_so_sign_out_ends_it(team: Team) -> None:
+    erin = team.tokens["erin"] = team.add("erin")
+    cookie = form_session(team, erin)
+    with team.http() as browser:
+        minted = browser.post("/ui/login-codes", headers={"cookie": cookie})
+        assert minted.status_code == 401 and "needs the token" in minted.json()["error"]
+        wrong = browser.post("/ui/login-codes", headers={"cookie": cookie, "authorization": "Bearer cmcp_wrong"})
+        assert wrong.status_code == 401
+        assert browser.post("/ui/logout", headers={"cookie": cookie}).status_code == 200
+        assert browser.get("/ui/", headers={"cookie": cookie}).status_code == 401
+    with team.http("erin") as client:  # the token itself still mints one, for erin
+        code = client.post("/ui/login-codes").json()["url"]
+    with team.http() as browser:
+        assert browser.get(code, follow_redirects=False).status_code == 303
+
+
 def test_a_live_run_streams_to_its_principal_only(team: Team) -> None:
     body = {"model": "conductor/slowsim", "input": TASK, "stream": True}
     with team.http("alice") as alice:
