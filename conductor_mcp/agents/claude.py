@@ -54,6 +54,7 @@ class Claude(AgentAdapter):
             "failIfUnavailable": True,
             "autoAllowBashIfSandboxed": True,
             "allowUnsandboxedCommands": False,
+            "enableWeakerNestedSandbox": True,  # ours (agents/runner.py) made its /proc: see the module docstring
         }
         if not writes:
             confinement["filesystem"] = {"denyWrite": [str(workspace.work)]}

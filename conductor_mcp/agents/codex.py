@@ -61,7 +61,13 @@ class Codex(AgentAdapter):
         ]
 
     def environment(self, workspace: Workspace) -> dict[str, str]:
-        return {"CODEX_HOME": str(private_dir(workspace.home / ".codex")), "NO_COLOR": "1"}
+        # Codex refuses to put its sandbox helper in CODEX_HOME when that is under the temporary directory (a state
+        # dir under /tmp); in our sandbox /tmp is private anyway, so its temporary files go to its own home.
+        return {
+            "CODEX_HOME": str(private_dir(workspace.home / ".codex")),
+            "TMPDIR": str(private_dir(workspace.home / "tmp")),
+            "NO_COLOR": "1",
+        }
 
     def parse(self, result: ProcessResult) -> Parsed:
         parsed = Parsed()
