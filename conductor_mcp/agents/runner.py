@@ -145,6 +145,25 @@ async def run_agent(
     return record
 
 
+async def round_trip(worker: WorkerSpec, workspace: Workspace, timeout_s: float = VERSION_TIMEOUT_S) -> str | None:
+    """Run the agent's probe (AgentAdapter.probe_argv) in `workspace` as a step would run it: why it failed, or
+    None when it worked. Raises AgentUnavailable when it cannot start at all."""
+    spec, adapter = _agent(worker)
+    path = program(worker)
+    env, _ = agent_environment(worker, workspace)
+    try:
+        argv = sandboxed(adapter.probe_argv(path), path, spec, worker.sandbox, workspace)
+        result = await run_process(argv, cwd=workspace.cwd, env=env, stdin=b"", timeout_s=timeout_s)
+    except OSError as exc:
+        raise AgentUnavailable(f"worker {worker.id!r}: cannot start {path}: {exc}") from None
+    if result.timed_out:
+        return f"its probe did not end within {timeout_s:g}s"
+    if result.exit_status != 0:
+        said = _stderr_tail(result) or result.stdout.decode("utf-8", errors="replace").strip()[-500:]
+        return f"its probe exited with status {result.exit_status}" + (f": {said.strip()}" if said else "")
+    return None
+
+
 def sandboxed(argv: list[str], program: str, spec: AgentSpec, sandbox: SandboxMode, workspace: Workspace) -> list[str]:
     """`argv` under our bubblewrap, as the module docstring says. Raises FileNotFoundError without bubblewrap."""
     bwrap = isolation.bwrap_path()
