@@ -3,10 +3,12 @@
 Codex runs in our bubblewrap (agents/runner.py: the server's state masked, its own pid namespace), and the commands
 it runs in its own `--sandbox` nested inside (read-only or workspace-write: writes inside the workspace only, no
 network for the commands it runs; checked nested here). Its TMPDIR is in its home: Codex refuses to place the
-helper its sandbox needs in a CODEX_HOME under the temporary directory (a state dir under /tmp). It starts in the workspace (`--cd`), never persists a session
-(`--ephemeral`), never looks for updates, and reads its prompt from stdin (`-`). Its HOME and CODEX_HOME are the
-workspace's private home, so it sees none of the server user's Codex configuration: the pool's `args` (`-c`
-overrides) and `env_pass` say everything it needs, such as its model provider and the variable holding its key.
+helper its sandbox needs in a CODEX_HOME under the temporary directory (a state dir under /tmp).
+
+It starts in the workspace (`--cd`), never persists a session (`--ephemeral`), never looks for updates, and reads
+its prompt from stdin (`-`). Its HOME and CODEX_HOME are the workspace's private home, so it sees none of the
+server user's Codex configuration: the pool's `args` (`-c` overrides) and `env_pass` say everything it needs, such
+as its model provider and the variable holding its key.
 The commands it runs get only the core variables (HOME, PATH, USER...): never the key it was passed.
 
 Its JSON lines: `item.completed` items of type `agent_message` (the last is the answer) and `command_execution`

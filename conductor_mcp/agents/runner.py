@@ -179,10 +179,13 @@ def sandboxed(argv: list[str], program: str, spec: AgentSpec, sandbox: SandboxMo
 
 
 def program_dirs(program: str) -> list[Path]:
-    """Where a program lives: itself, and the prefix holding its bin/ directory (a venv, node_modules, an install
-    root), for its path as named and as its links resolve (a venv's python is a link out of the venv)."""
-    named, resolved = Path(program), Path(os.path.realpath(program))
-    return [named, resolved, named.parent.parent, resolved.parent.parent]
+    """Where a program lives: itself and, when it sits in a bin/ directory, the prefix holding that (a venv,
+    node_modules, an install root), for its path as named and as its links resolve (a venv's python is a link out
+    of the venv, node_modules/.bin/codex one into its package)."""
+    found = []
+    for path in (Path(os.path.abspath(program)), Path(os.path.realpath(program))):
+        found += [path, *([path.parent.parent] if path.parent.name in ("bin", ".bin") else [])]
+    return found
 
 
 def _record(

@@ -143,7 +143,7 @@ async def test_a_daemon_an_agent_leaves_ends_with_it(
     program = tmp_path / "fake-cli"
     program.write_text(FAKE_CLI)
     program.chmod(0o755)
-    worker = agent_worker(cli, timeout_s=4 if end == "deadline" else 60, binary=str(program))
+    worker = agent_worker(cli, timeout_s=8 if end == "deadline" else 60, binary=str(program))
     async with owner.run(f"daemon-{cli}-{end}") as scope:
         workspace = await scope.create(repo)
         task = asyncio.create_task(run_agent(worker, "hang" if end == "deadline" else "go", workspace))
