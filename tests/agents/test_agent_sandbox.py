@@ -78,6 +78,23 @@ async def test_no_agent_reads_the_servers_token_store_or_another_workspace(
     assert HTTP_TOKEN not in everything and STORE_CANARY not in everything and OTHER_CANARY not in everything
 
 
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("codex", marks=[needs_codex, pytest.mark.external]),
+        pytest.param("claude", marks=[needs_claude, pytest.mark.external]),
+    ],
+)
+async def test_the_clis_own_sandbox_still_holds_inside_ours(kind: str, repo: Path, owner: Workspaces) -> None:
+    """Our sandbox lets the CLI write its HOME; the commands it runs, in its own sandbox, may not: so its sandbox
+    did start, nested, rather than being skipped."""
+    async with owner.run(f"nested-{kind}") as scope:
+        workspace = await scope.create(repo)
+        record, printed = await run_kind(kind, 'echo x > "$HOME/probe.txt"; echo x > in-workspace.txt', workspace)
+        assert "Read-only file system" in printed and not (workspace.home / "probe.txt").exists()
+        assert [f.path for f in workspace.diff().files] == ["in-workspace.txt"], record.commands
+
+
 # A Codex- or Claude-style CLI (it answers in both their formats) that leaves a daemon: fork, setsid, fork, its
 # stdio on /dev/null. It answers once the daemon is up and the test has dropped `go` in its home, or never ("hang").
 FAKE_CLI = f"""#!/usr/bin/python3
