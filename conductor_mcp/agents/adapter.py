@@ -65,6 +65,11 @@ class AgentAdapter(ABC):
     def version_argv(self, program: str) -> list[str] | None:
         return [program, "--version"]
 
+    def probe_argv(self, program: str) -> list[str]:
+        """A cheap round trip through its program, run in its sandbox as a step would run, with no model call
+        (what `doctor` runs): by default its version, else a check that its program can be run from inside."""
+        return self.version_argv(program) or ["/bin/sh", "-c", 'test -x "$0"', program]
+
 
 def masked_command_line(argv: list[str], secrets: list[str]) -> str:
     """The argv as one shell line with secrets hidden: known values, key-shaped text, and the value after (or in)

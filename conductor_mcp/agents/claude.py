@@ -6,6 +6,13 @@ commands unconfined), which lets commands write only in the workspace. `read-onl
 workspace and offers no editing tools (Bash, Read, Grep, Glob); `workspace-write` adds Edit and Write and accepts
 edits. Permission prompts have nobody to answer them, so anything that would ask is denied. No session is kept.
 
+Claude Code itself runs in our bubblewrap (agents/runner.py: the server's state masked, its own pid namespace), so
+its sandbox nests in ours. A nested sandbox cannot mount a fresh /proc (the kernel allows that only where the /proc
+it sees is fully visible, and bwrap covers parts of ours), so it runs with `enableWeakerNestedSandbox`, which reuses
+the /proc it finds: ours, which shows only the agent's own processes. What that setting weakens (commands seeing
+the host's processes) our pid namespace already prevents; it also keeps Claude Code from forbidding user namespaces
+to its commands, which cannot lift our read-only host view or our masks (they are locked in a nested namespace).
+
 The commands it runs see its environment, API key included. CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1 would hide the
 key, but in 2.1.332 it swaps the sandbox for one under which a command wrote outside the workspace, and it leaves
 empty mount points (.env, package.json, ...) in the workspace: checked here, so it stays off. The record masks the
@@ -54,6 +61,7 @@ class Claude(AgentAdapter):
             "failIfUnavailable": True,
             "autoAllowBashIfSandboxed": True,
             "allowUnsandboxedCommands": False,
+            "enableWeakerNestedSandbox": True,  # ours (agents/runner.py) made its /proc: see the module docstring
         }
         if not writes:
             confinement["filesystem"] = {"denyWrite": [str(workspace.work)]}

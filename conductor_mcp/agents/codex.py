@@ -1,10 +1,14 @@
 """Codex CLI (`codex exec --json`) as an agent worker.
 
-The worker's sandbox is Codex's own `--sandbox` (read-only or workspace-write: writes inside the workspace only,
-no network for the commands it runs). It starts in the workspace (`--cd`), never persists a session
-(`--ephemeral`), never looks for updates, and reads its prompt from stdin (`-`). Its HOME and CODEX_HOME are the
-workspace's private home, so it sees none of the server user's Codex configuration: the pool's `args` (`-c`
-overrides) and `env_pass` say everything it needs, such as its model provider and the variable holding its key.
+Codex runs in our bubblewrap (agents/runner.py: the server's state masked, its own pid namespace), and the commands
+it runs in its own `--sandbox` nested inside (read-only or workspace-write: writes inside the workspace only, no
+network for the commands it runs; checked nested here). Its TMPDIR is in its home: Codex refuses to place the
+helper its sandbox needs in a CODEX_HOME under the temporary directory (a state dir under /tmp).
+
+It starts in the workspace (`--cd`), never persists a session (`--ephemeral`), never looks for updates, and reads
+its prompt from stdin (`-`). Its HOME and CODEX_HOME are the workspace's private home, so it sees none of the
+server user's Codex configuration: the pool's `args` (`-c` overrides) and `env_pass` say everything it needs, such
+as its model provider and the variable holding its key.
 The commands it runs get only the core variables (HOME, PATH, USER...): never the key it was passed.
 
 Its JSON lines: `item.completed` items of type `agent_message` (the last is the answer) and `command_execution`
@@ -61,7 +65,17 @@ class Codex(AgentAdapter):
         ]
 
     def environment(self, workspace: Workspace) -> dict[str, str]:
-        return {"CODEX_HOME": str(private_dir(workspace.home / ".codex")), "NO_COLOR": "1"}
+        # Codex refuses to put its sandbox helper in CODEX_HOME when that is under the temporary directory (a state
+        # dir under /tmp); in our sandbox /tmp is private anyway, so its temporary files go to its own home.
+        return {
+            "CODEX_HOME": str(private_dir(workspace.home / ".codex")),
+            "TMPDIR": str(private_dir(workspace.home / "tmp")),
+            "NO_COLOR": "1",
+        }
+
+    def probe_argv(self, program: str) -> list[str]:
+        """A command run in Codex's own sandbox, nested in ours: its helper and its bubblewrap must both work."""
+        return [program, "sandbox", "--", "/bin/true"]
 
     def parse(self, result: ProcessResult) -> Parsed:
         parsed = Parsed()

@@ -7,6 +7,9 @@ run ends, unless they are kept (for inspection). Closing the owner removes what 
 that died are removed by the next owner that opens the same root: each owner holds a lock on its own session
 directory, and a session whose lock nobody holds is gone.
 
+Agents working in a workspace see only it: the root (every other workspace) and `hidden` (the server's state dir)
+are masked in their sandbox.
+
 The disk budget counts everything under the root (kept workspaces included). A workspace is made only within it,
 and while an agent works a watcher measures the root and stops the agent once it is over (`within_budget`). Git,
 file copies and measuring block, so they run in threads; a workspace whose making was cancelled is removed once its
@@ -49,8 +52,10 @@ class Workspaces:
         *,
         disk_budget_bytes: int = DEFAULT_DISK_BUDGET_BYTES,
         max_agents: int = DEFAULT_MAX_AGENTS,
+        hidden: tuple[Path, ...] = (),
     ) -> None:
         self.root = root
+        self.hidden = (root, *hidden)  # what no agent may read: every workspace but its own, and the server's state
         self.disk_budget_bytes = disk_budget_bytes
         self.max_agents = max_agents
         self._agents = asyncio.Semaphore(max_agents)
@@ -151,6 +156,7 @@ class Workspaces:
             except asyncio.CancelledError:
                 self._reap_when_done(future)
                 raise
+        workspace.hidden = self.hidden
         self._live[ws_id] = workspace
         log.info("workspace_made", workspace=ws_id, kind=workspace.base.kind, source=workspace.base.source)
         return workspace

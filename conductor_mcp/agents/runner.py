@@ -1,5 +1,11 @@
 """Run an agent worker in its workspace, the same way whichever CLI it is, and say why one cannot run here.
 
+Every agent, whatever its CLI, runs under our bubblewrap (isolation.host_view_prefix): it sees the host read-only
+but none of the server's state (its state dir and the other workspaces are masked), its workspace (writable for
+`workspace-write`) and private HOME, and what its command line needs even under /tmp (its program, the venv or
+package holding it, the paths it names, the repository's git directory). It has its own user and pid namespaces,
+so every process it starts ends with it. A CLI's own sandbox (Codex's, Claude Code's) runs nested inside ours.
+
 The agent's environment is PATH (the server's, to find its programs), a private HOME inside its workspace, LANG,
 the variables its pool entry passes (`env_pass`: their values are registered as secrets, so no log, record or
 transcript shows them) and fixed ones (`env`), and the few its adapter needs. Nothing else of the server's
@@ -10,7 +16,9 @@ duration, the commands it ran, its tokens and cost, and, when it failed, its std
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from pathlib import Path
 
 from conductor_mcp.agents.adapter import AgentAdapter, Parsed, masked_command_line, private_dir, tail
 from conductor_mcp.agents.claude import Claude
@@ -20,15 +28,22 @@ from conductor_mcp.agents.process import ProcessResult, run_process
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.config import environment_value
 from conductor_mcp.core.agent_records import AgentRecord
-from conductor_mcp.core.agent_spec import AgentSpec
+from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
 from conductor_mcp.core.pool import WorkerSpec
 from conductor_mcp.errors import AgentFailed, AgentUnavailable
+from conductor_mcp.runtime import sandbox as isolation
 from conductor_mcp.runtime.logs import get_logger, redact, redact_values, register_secret
 
 log = get_logger(__name__)
 
+INSTALL_HINT = "agents run under bubblewrap (apt-get install bubblewrap)"
 ADAPTERS: dict[str, AgentAdapter] = {adapter.cli: adapter for adapter in (Codex(), Claude(), Command())}
 VERSION_TIMEOUT_S = 30.0
+_CLAIM = re.compile(
+    r"(?:^|[.!?]\s+|\bI(?:'ve| have)?\s+)(?:created|wrote|written|added|modified|updated|changed|edited|fixed|"
+    r"implemented|renamed|deleted|removed)\b[^\n]{0,60}",
+    re.IGNORECASE | re.MULTILINE,
+)
 _versions: dict[str, str | None] = {}
 
 
@@ -61,7 +76,8 @@ def unavailable_reason(worker: WorkerSpec) -> str | None:
     except AgentUnavailable as exc:
         return str(exc)
     missing = [name for name in spec.env_pass if environment_value(name) is None]
-    problems = [*adapter.problems(spec, worker.sandbox, _search_path())]
+    problems = [] if isolation.bwrap_path() else [f"bubblewrap is not installed: {INSTALL_HINT}"]
+    problems += adapter.problems(spec, worker.sandbox, _search_path())
     problems += [f"environment variable {name} (agent.env_pass) is not set" for name in missing]
     return f"worker {worker.id!r}: {'; '.join(problems)}" if problems else None
 
@@ -102,7 +118,7 @@ async def run_agent(
     env, secrets = agent_environment(worker, workspace)
     version = await cli_version(path, adapter, env, workspace)
     try:
-        argv = adapter.argv(path, spec, worker.sandbox, workspace)
+        argv = sandboxed(adapter.argv(path, spec, worker.sandbox, workspace), path, spec, worker.sandbox, workspace)
     except FileNotFoundError as exc:
         raise AgentUnavailable(f"worker {worker.id!r}: {exc}") from None
     deadline = timeout_s if timeout_s is not None else worker.timeout_s
@@ -129,6 +145,49 @@ async def run_agent(
     return record
 
 
+async def round_trip(worker: WorkerSpec, workspace: Workspace, timeout_s: float = VERSION_TIMEOUT_S) -> str | None:
+    """Run the agent's probe (AgentAdapter.probe_argv) in `workspace` as a step would run it: why it failed, or
+    None when it worked. Raises AgentUnavailable when it cannot start at all."""
+    spec, adapter = _agent(worker)
+    path = program(worker)
+    env, _ = agent_environment(worker, workspace)
+    try:
+        argv = sandboxed(adapter.probe_argv(path), path, spec, worker.sandbox, workspace)
+        result = await run_process(argv, cwd=workspace.cwd, env=env, stdin=b"", timeout_s=timeout_s)
+    except OSError as exc:
+        raise AgentUnavailable(f"worker {worker.id!r}: cannot start {path}: {exc}") from None
+    if result.timed_out:
+        return f"its probe did not end within {timeout_s:g}s"
+    if result.exit_status != 0:
+        said = _stderr_tail(result) or result.stdout.decode("utf-8", errors="replace").strip()[-500:]
+        return f"its probe exited with status {result.exit_status}" + (f": {said.strip()}" if said else "")
+    return None
+
+
+def sandboxed(argv: list[str], program: str, spec: AgentSpec, sandbox: SandboxMode, workspace: Workspace) -> list[str]:
+    """`argv` under our bubblewrap, as the module docstring says. Raises FileNotFoundError without bubblewrap."""
+    bwrap = isolation.bwrap_path()
+    if bwrap is None:
+        raise FileNotFoundError(f"bwrap: {INSTALL_HINT}")
+    own = [(workspace.home, True), (workspace.work, sandbox == "workspace-write")]
+    named = [Path(arg) for arg in (*spec.command[1:], *spec.args) if os.path.isabs(arg)]
+    readable = [*program_dirs(program), *named]
+    if workspace.repo is not None:  # git in the worktree reads the repository's objects and its worktree entry
+        readable.append(workspace.repo.common_dir)
+    prefix = isolation.host_view_prefix(bwrap, own=own, readable=readable, hidden=workspace.hidden, chdir=workspace.cwd)
+    return [*prefix, *argv]
+
+
+def program_dirs(program: str) -> list[Path]:
+    """Where a program lives: itself and, when it sits in a bin/ directory, the prefix holding that (a venv,
+    node_modules, an install root), for its path as named and as its links resolve (a venv's python is a link out
+    of the venv, node_modules/.bin/codex one into its package)."""
+    found = []
+    for path in (Path(os.path.abspath(program)), Path(os.path.realpath(program))):
+        found += [path, *([path.parent.parent] if path.parent.name in ("bin", ".bin") else [])]
+    return found
+
+
 def _record(
     worker: WorkerSpec, adapter: AgentAdapter, result: ProcessResult, line: str, version: str | None, deadline: float
 ) -> AgentRecord:
@@ -150,7 +209,27 @@ def _record(
         latency_s=result.duration_s,
         error=error,
         stderr_tail=_stderr_tail(result) if error else None,
+        warning=_commands_failed(parsed),
     )
+
+
+def _commands_failed(parsed: Parsed) -> str | None:
+    """A warning when it ran commands and none of them worked (a sandbox that refused them all, say)."""
+    if parsed.commands and all(command.exit_code != 0 for command in parsed.commands):
+        return f"every command it ran failed or was refused ({len(parsed.commands)})"
+    return None
+
+
+def change_warning(record: AgentRecord, changed: bool) -> str | None:
+    """The record's warning once its workspace's change is known: its answer speaks of a change (in the first person
+    or as an opening verb: "I created...", "Wrote x.py") and the workspace holds none."""
+    if changed or record.warning is not None:
+        return record.warning
+    claim = _CLAIM.search(record.final_message)
+    if claim is None:
+        return None
+    said = claim.group(0).lstrip(".!? ").strip()
+    return f"its answer speaks of a change ({said!r}) but its workspace holds none"
 
 
 def _redacted(parsed: Parsed) -> Parsed:

@@ -53,6 +53,7 @@ class Workspace:
     worktree_entry: Path | None = None  # the worktree's directory inside the caller's .git/worktrees
     keep: bool = False
     handed_to_sandbox: bool = False
+    hidden: tuple[Path, ...] = ()  # what no agent working here may read (the server's state): set by its owner
 
     @property
     def id(self) -> str:

@@ -233,8 +233,17 @@ def _doctor(settings: Settings) -> int:
         _say(f"{diagnosis.name:<12} {'usable' if diagnosis.usable else 'NOT USABLE'}")
         for problem in diagnosis.problems:
             _say(f"{'':<12} - {problem}")
-    embedded_ok = _doctor_embedded(settings)
-    return _doctor_store(settings) if embedded_ok else EXIT_BAD_INPUT
+    agents_ok = _doctor_agents(settings)
+    if not _doctor_embedded(settings):
+        return EXIT_BAD_INPUT
+    store = _doctor_store(settings)
+    return store if agents_ok else EXIT_BAD_INPUT
+
+
+def _doctor_agents(settings: Settings) -> bool:
+    from conductor_mcp.service.upkeep import check_agents
+
+    return run_async(check_agents(settings, _say)) == 0
 
 
 def _doctor_embedded(settings: Settings) -> bool:

@@ -83,6 +83,11 @@ class AgentRecord(CallUsage):
     cost_reported: bool = Field(default=False, description="the CLI reported the cost itself")
     stderr_tail: str | None = Field(default=None, description="the end of its stderr, kept when it failed")
     error: str | None = Field(default=None, description="why the run counts as failed, if it does")
+    warning: str | None = Field(
+        default=None,
+        description="why its work may not have happened though it ended well: every command it ran failed, or it "
+        "speaks of a change its workspace does not hold",
+    )
 
 
 class ToolUse(BaseModel):

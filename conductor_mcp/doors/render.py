@@ -55,6 +55,12 @@ def patch_line(run: Run, record: StepRecord, work: StepWork) -> str:
     return f"{changed}, by step {record.key} against {work.root.source} ({where})"
 
 
+def agent_warning(step: StepRecord) -> str | None:
+    """Why an agent step that ended well may not have done its work (None: no such doubt)."""
+    agent = step.work.agent if step.work is not None else None
+    return agent.warning if agent is not None and step.status == "done" else None
+
+
 def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80) -> str:
     """A compact summary for people and calling models: answer first, then the step table and topology."""
     t = run.totals
@@ -71,6 +77,9 @@ def to_markdown(run: Run, answer_limit: int = 6000, instruction_limit: int = 80)
         parts.append(f"**Stopped early** ({run.stop.kind.replace('_', ' ')}): {run.stop.detail}")
     if (found := final_work(run)) is not None:
         parts.append(f"**Patch:** {patch_line(run, *found)}")
+    warned = [f"step {s.key}: {warning}" for s in run.steps if (warning := agent_warning(s))]
+    if warned:
+        parts.append("**Warning:** " + "; ".join(warned))
     if run.fallback_reason:
         parts.append(f"**Conductor fallback:** {run.fallback_reason}")
     if run.repairs:

@@ -25,7 +25,7 @@ from typing import Any
 
 from conductor_mcp.agents.loop import tool_loop
 from conductor_mcp.agents.owner import RunWorkspaces, Workspaces
-from conductor_mcp.agents.runner import run_agent
+from conductor_mcp.agents.runner import change_warning, run_agent
 from conductor_mcp.agents.tools import WorkspaceTools
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.config import Settings
@@ -116,6 +116,8 @@ class WorkspaceSteps:
                 await self._keep_change(workspace, work)
             raise
         await self._keep_change(workspace, work)
+        if work.agent is not None and work.diff is not None:
+            work.agent.warning = change_warning(work.agent, bool(work.diff.files))
         record.answered_by = worker.model
 
     async def _agent(
@@ -231,7 +233,12 @@ def _attempt(worker: WorkerSpec, error: str | None, started: float) -> Attempt:
 def open_workspaces(settings: Settings) -> Workspaces:
     """The owner of every workspace the service makes (`async with` it for the service's life)."""
     budget = int(settings.workspace_disk_gib * 2**30)
-    return Workspaces(settings.workspace_root, disk_budget_bytes=budget, max_agents=settings.max_agents)
+    return Workspaces(
+        settings.workspace_root,
+        disk_budget_bytes=budget,
+        max_agents=settings.max_agents,
+        hidden=(settings.state_dir,),
+    )
 
 
 @contextlib.asynccontextmanager

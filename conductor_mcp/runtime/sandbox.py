@@ -1,6 +1,6 @@
 """Processes isolated from this machine by bubblewrap (`bwrap`), shared by everything that runs untrusted work:
-model-written code checked by a verifier (learning/sandbox.py), the `run` tool of tool-using workers and command
-agents (agents/).
+model-written code checked by a verifier (learning/sandbox.py), the `run` tool of tool-using workers and agent
+CLIs (agents/runner.py).
 
 `run_isolated` runs a program in fresh user, pid, network, mount, ipc and uts namespaces: no network at all, no
 host files but read-only /usr and the interpreter's own directories (no /etc, no home, no host /tmp), a private
@@ -19,7 +19,13 @@ exempts from the process limit. So for root the sandbox's user namespace maps ui
 inside drops from the namespace's root to 65534 before the program starts.
 
 `host_view_prefix` is the other shape: a long-running agent that needs the network and the host's programs sees
-the whole host read-only, with only the directories it may change bound writable.
+the host read-only, except the server's state (masked by empty tmpfs mounts) and the host's /tmp (a private one),
+with its own directories bound back. A CLI's own bubblewrap sandbox (Claude Code's, Codex's) nests inside it: the
+agent's user namespace lets it make its own, where our masks are locked (it cannot unmount them). One limit of
+nesting: the kernel lets a nested sandbox mount a fresh /proc only where the /proc it sees is fully visible, and
+bwrap covers parts of ours (/proc/sys...), so a nested sandbox reuses our /proc, which shows only the agent's own
+pid namespace. For a root caller the agent's uid maps to root outside (the files it writes are root's, as the
+server's are), which is why those /proc covers stay.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path
 from conductor_mcp.errors import SandboxUnavailable
 
 SANDBOX_UID = 65534  # "nobody": the uid inside the sandbox, and on the host when the caller is root
+AGENT_UID = 1000  # an agent's uid in its own user namespace when the caller is root (it stays root on the host)
 WORKDIR = "/sandbox"
 MIB = 2**20
 
@@ -293,33 +300,38 @@ def _map_sandbox_user(pid: int) -> None:
 # --------------------------------------------------------------------------------------- the host, read-only
 
 
-def host_view_prefix(bwrap: str, writable: Sequence[Path], chdir: Path) -> list[str]:
-    """The bwrap command line before a program that may use the network and the host's programs but change only
-    `writable` (each bound over its own path): the host read-only, a private /tmp, /proc and /dev, its own pid
-    namespace (nothing it starts outlives it) and no capabilities. The program's environment is the one given
-    to the process that runs the whole line."""
-    args = [
-        bwrap,
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-    ]
-    for path in writable:  # after the tmpfs: a directory under /tmp is bound into it, not hidden by it
-        args += ["--bind", str(path), str(path)]
-    return [*args, "--chdir", str(chdir), "--"]
+def host_view_prefix(
+    bwrap: str,
+    *,
+    own: Sequence[tuple[Path, bool]],
+    chdir: Path,
+    readable: Sequence[Path] = (),
+    hidden: Sequence[Path] = (),
+) -> list[str]:
+    """The bwrap command line before a program that may use the network and the host's programs, sees the host
+    read-only but nothing of `hidden` (each masked by an empty tmpfs: the server's state, other workspaces) nor of
+    the host's /tmp (a private one), and changes only its `own` directories (path, writable), bound wherever they
+    are. `readable` is what its program needs from the host (its venv, say): bound read-only where the private /tmp
+    would hide it, never out of a masked directory. It runs in its own user namespace without capabilities, as a
+    uid other than 0 (so the sandbox a CLI makes of its own can nest; a nested one cannot lift the masks, which are
+    locked in it), and in its own pid namespace: every process it starts, daemons included, dies when it exits or
+    is killed. The program's environment is the one given to the process that runs the whole line."""
+    masks = [real for path in hidden if (real := Path(os.path.realpath(path))).is_dir()]
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for mask in masks:
+        if not any(mask.is_relative_to(outer) for outer in [Path("/tmp"), *masks] if outer != mask):
+            args += ["--perms", "0700", "--tmpfs", str(mask)]
+    for path in readable:
+        real = Path(os.path.realpath(path))
+        masked = any(real.is_relative_to(mask) or mask.is_relative_to(real) for mask in masks)
+        if real.is_relative_to("/tmp") and real != Path("/tmp") and real.exists() and not masked:
+            args += ["--ro-bind", str(real), str(real)]
+    for path, writable in own:  # last: bound over the masks and the private /tmp
+        real = os.path.realpath(path)
+        args += ["--bind" if writable else "--ro-bind", real, real]
+    user = ["--uid", str(AGENT_UID), "--gid", str(AGENT_UID)] if os.geteuid() == 0 else []
+    args += ["--unshare-user", *user, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    return [*args, "--new-session", "--cap-drop", "ALL", "--chdir", str(chdir), "--"]
 
 
 # ---------------------------------------------------------------------------------------------------- helpers

@@ -1,5 +1,6 @@
-"""Fixtures for agent tests: a workspace owner whose root is outside /tmp (Codex will not make its helpers under
-/tmp), a caller's repository, the real agent CLIs from the CI cache, and a look at /proc for what is left."""
+"""Fixtures for agent tests: a server's state dir (its token and store beside the workspaces, as `serve` leaves them;
+outside /tmp by default) and the workspace owner in it, a caller's repository, the real agent CLIs from the CI cache,
+and a look at /proc for what is left."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ needs_claude = pytest.mark.skipif(
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (apt-get install bubblewrap; .ci/run does)"
 )
+HTTP_TOKEN = "http-token-canary-5b0d1c"  # what no agent may read
+STORE_CANARY = "store-canary-9e4f2a"
 AGENT_KEY = "CONDUCTOR_TEST_AGENT_KEY"
 KEY_VALUE = "sk-test-agent-key-0123456789abcdef"
 
@@ -40,9 +44,29 @@ def agent_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def server_state(state_dir: Path) -> Path:
+    """A state dir holding a token and a store as a server's does."""
+    state_dir.mkdir(mode=0o700, parents=True)
+    (state_dir / "http-token").write_text(HTTP_TOKEN)
+    (state_dir / "runs.sqlite3").write_text(STORE_CANARY)
+    return state_dir
+
+
+@asynccontextmanager
+async def state_owner(state_dir: Path) -> AsyncIterator[Workspaces]:
+    """The workspace owner of a server whose state dir is `state_dir` (what `serve` makes: open_workspaces)."""
+    async with Workspaces(state_dir / "workspaces", hidden=(state_dir,)) as workspaces:
+        yield workspaces
+
+
 @pytest.fixture
-async def owner(agent_root: Path) -> AsyncIterator[Workspaces]:
-    async with Workspaces(agent_root) as workspaces:
+def state_dir(agent_root: Path) -> Path:
+    return server_state(agent_root)
+
+
+@pytest.fixture
+async def owner(state_dir: Path) -> AsyncIterator[Workspaces]:
+    async with state_owner(state_dir) as workspaces:
         yield workspaces
 
 

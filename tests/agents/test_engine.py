@@ -19,6 +19,8 @@ import yaml
 from conductor_mcp.config import Settings
 from conductor_mcp.core.prompts import CHANGE_HEADING
 from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.doors.mcp.results import run_result
+from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.errors import RequestError
 from conductor_mcp.models import sim_agent
 from conductor_mcp.service.patches import apply_final_patch, patch_summary
@@ -135,6 +137,45 @@ async def test_a_read_only_agent_cannot_write(settings: Settings, pool_dir: Path
     assert "Read-only file system" in (step.output or "")
     assert step.work is not None and step.work.diff is not None and step.work.diff.files == []
     assert step.work.patch is None and fingerprint(repo) == before
+
+
+# A Codex-shaped CLI that changes nothing: its one command refused ("refused" in the prompt), or none, and either way
+# it answers that it created a file.
+UNDOING_CODEX = """#!/usr/bin/python3
+import json, sys
+if sys.argv[1:] == ["--version"]:
+    print("fake-codex 1.0")
+    sys.exit(0)
+if "refused" in sys.stdin.read():
+    output = "bwrap: execvp codex-linux-sandbox: No such file or directory"
+    ran = {"type": "command_execution", "command": "touch feature.py", "aggregated_output": output, "exit_code": 1}
+    print(json.dumps({"type": "item.completed", "item": ran}))
+print(json.dumps({"type": "item.completed", "item": {"type": "agent_message", "text": "I created feature.py."}}))
+"""
+
+
+async def test_an_agent_whose_commands_failed_or_that_changed_nothing_it_claims_is_a_warning(
+    settings: Settings, pool_dir: Path, tmp_path: Path
+) -> None:
+    program = tmp_path / "fake-codex"
+    program.write_text(UNDOING_CODEX)
+    program.chmod(0o755)
+    agent_pool(pool_dir, agent={"cli": "codex", "binary": str(program)})
+    steps = [
+        Step(worker="writer", instruction="Create feature.py (refused).", access=[]),
+        Step(worker="writer", instruction="Create feature.py.", access=[]),
+    ]
+    run, _, _ = await run_workflow(settings, steps)
+    assert run.status == "done", run.error
+    warnings = [step.work.agent.warning if step.work and step.work.agent else None for step in run.steps]
+    assert warnings == [
+        "every command it ran failed or was refused (1)",
+        "its answer speaks of a change ('I created feature.py.') but its workspace holds none",
+    ]
+    result = run_result(run)
+    assert [step["warning"] for step in (result.structured_content or {})["steps"]] == warnings
+    markdown = to_markdown(run)
+    assert f"**Warning:** step 0: {warnings[0]}; step 1: {warnings[1]}" in markdown
 
 
 async def test_kept_workspaces_stay_for_inspection(settings: Settings, pool_dir: Path) -> None:

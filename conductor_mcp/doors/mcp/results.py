@@ -15,7 +15,7 @@ from conductor_mcp.core.outcome import BUDGETS, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
 from conductor_mcp.core.usage import CostEstimate, Totals
-from conductor_mcp.doors.render import to_markdown
+from conductor_mcp.doors.render import agent_warning, to_markdown
 from conductor_mcp.service.catalogue import PoolSummary
 from conductor_mcp.service.patches import PatchSummary, patch_summary
 
@@ -42,6 +42,9 @@ class StepSummary(BaseModel):
     latency_s: float
     attempts: int
     error: str | None = None
+    warning: str | None = Field(
+        default=None, description="an agent step that ended well but whose work may not have happened, and why"
+    )
     inherited_from: str | None = None
     messages_digest: str | None = Field(default=None, description="identifies the exact messages the worker got")
     output: str | None = Field(description="the output: whole with detail='full', else its first characters")
@@ -193,6 +196,7 @@ def step_summary(run: Run, step: StepRecord, detail: Detail) -> StepSummary:
         latency_s=step.latency_s,
         attempts=len(step.attempts),
         error=step.error,
+        warning=agent_warning(step),
         inherited_from=step.inherited_from,
         messages_digest=step.messages_digest,
         output=(output if full else output[:OUTPUT_EXCERPT_CHARS]) or None,

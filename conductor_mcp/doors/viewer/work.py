@@ -40,6 +40,8 @@ def _facts(work: StepWork) -> str:
             ("exit status", "killed at its deadline" if agent.timed_out else str(agent.exit_status)),
             ("duration", f"{agent.latency_s:.2f}s"),
         ]
+        if agent.warning:
+            facts.append(("warning", agent.warning))
         if agent.stderr_tail:
             facts.append(("stderr (end)", _cut(agent.stderr_tail, SHOWN_CHARS)))
     if work.patch_note:
