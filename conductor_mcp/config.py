@@ -18,6 +18,7 @@ import platformdirs
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from conductor_mcp.core.limits import DEFAULT_DISK_BUDGET_BYTES, DEFAULT_MAX_AGENTS
 from conductor_mcp.errors import SettingsError
 
 PACKAGE_DIR = Path(__file__).parent
@@ -115,8 +116,12 @@ class Settings(BaseSettings):
     workspace_dir: Path | None = Field(
         default=None, description="where agent workspaces live (outside /tmp for Codex); unset: state_dir/workspaces"
     )
-    max_agents: int = Field(default=4, ge=1, description="agent and tool-using steps running at once, in all runs")
-    workspace_disk_gib: float = Field(default=20.0, gt=0, description="disk all workspaces may take together, GiB")
+    max_agents: int = Field(
+        default=DEFAULT_MAX_AGENTS, ge=1, description="agent and tool-using steps running at once, in all runs"
+    )
+    workspace_disk_gib: float = Field(
+        default=DEFAULT_DISK_BUDGET_BYTES / 2**30, gt=0, description="disk all workspaces may take together, GiB"
+    )
     patch_max_mib: float = Field(
         default=4.0, gt=0, description="the largest patch a run keeps for `apply`, MiB; a larger change is summarised"
     )

@@ -25,9 +25,10 @@ from pathlib import Path
 
 # Folders (or root modules) lowest first; a package's root __init__ is its public face and may import anything.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "config"),
-    ("runtime",),
+    ("errors",),
     ("core",),
+    ("config",),
+    ("runtime",),
     ("models", "runs", "agents", "telemetry"),
     ("engine",),
     ("service",),
@@ -40,8 +41,8 @@ _MEMBERS = frozenset({"models", "runs", "agents", "telemetry"})
 # Which folders each folder may import (its own always).
 REACH: dict[str, frozenset[str]] = {
     "errors": frozenset(),
-    "config": frozenset({"errors"}),
-    "runtime": frozenset({"errors", "config"}),
+    "config": frozenset({"errors", "core"}),  # core/limits.py holds the settings' built-in defaults
+    "runtime": frozenset({"errors", "core", "config"}),
     "core": frozenset({"errors"}),
     **{member: _BASE for member in _MEMBERS},
     "engine": _BASE | _MEMBERS,

@@ -19,11 +19,9 @@ from conductor_mcp.agents.process import ProcessResult
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_records import CommandRun
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
+from conductor_mcp.core.limits import OUTPUT_TAIL_CHARS
 from conductor_mcp.runtime.logs import REDACTED, redact
 
-MESSAGE_MAX_CHARS = 64 * 1024
-OUTPUT_TAIL_CHARS = 2000
-MAX_COMMANDS = 200
 _SECRET_FLAG = ("key", "token", "secret", "password", "auth")
 
 

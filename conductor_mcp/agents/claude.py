@@ -30,20 +30,12 @@ import re
 import shutil
 from typing import Any
 
-from conductor_mcp.agents.adapter import (
-    MAX_COMMANDS,
-    MESSAGE_MAX_CHARS,
-    AgentAdapter,
-    Parsed,
-    as_int,
-    bounded,
-    json_lines,
-    tail,
-)
+from conductor_mcp.agents.adapter import AgentAdapter, Parsed, as_int, bounded, json_lines, tail
 from conductor_mcp.agents.process import ProcessResult
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_records import CommandRun
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
+from conductor_mcp.core.limits import MAX_COMMANDS, MESSAGE_MAX_CHARS
 
 READ_TOOLS = "Bash,Read,Grep,Glob"
 WRITE_TOOLS = "Bash,Read,Grep,Glob,Edit,Write"

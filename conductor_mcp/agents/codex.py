@@ -20,21 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from conductor_mcp.agents.adapter import (
-    MAX_COMMANDS,
-    MESSAGE_MAX_CHARS,
-    AgentAdapter,
-    Parsed,
-    as_int,
-    bounded,
-    json_lines,
-    private_dir,
-    tail,
-)
+from conductor_mcp.agents.adapter import AgentAdapter, Parsed, as_int, bounded, json_lines, private_dir, tail
 from conductor_mcp.agents.process import ProcessResult
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_records import CommandRun
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
+from conductor_mcp.core.limits import MAX_COMMANDS, MESSAGE_MAX_CHARS
 
 
 class Codex(AgentAdapter):

@@ -6,10 +6,11 @@ is its only one.
 
 from __future__ import annotations
 
-from conductor_mcp.agents.adapter import MESSAGE_MAX_CHARS, AgentAdapter, Parsed, bounded
+from conductor_mcp.agents.adapter import AgentAdapter, Parsed, bounded
 from conductor_mcp.agents.process import ProcessResult
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
+from conductor_mcp.core.limits import MESSAGE_MAX_CHARS
 
 
 class Command(AgentAdapter):

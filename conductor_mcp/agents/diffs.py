@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from conductor_mcp.core.agent_records import FileChange, WorkspaceDiff
+from conductor_mcp.core.limits import DIFF_SIZE_COUNTED_MAX
 from conductor_mcp.runtime.logs import redact_values
 
 if TYPE_CHECKING:
     from conductor_mcp.agents.git import Store
 
-DIFF_SIZE_COUNTED_MAX = 16 * 2**20
 Status = Literal["added", "modified", "deleted", "type-changed"]
 _STATUS: dict[str, Status] = {
     "A": "added",

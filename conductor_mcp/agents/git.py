@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conductor_mcp.config import child_environment
+from conductor_mcp.core.limits import GIT_ERROR_TAIL_BYTES, GIT_TIMEOUT_S
 from conductor_mcp.errors import WorkspaceError
 
-GIT_TIMEOUT_S = 300.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Set for every command. Files are written and hashed byte for byte: what the agent sees is what the caller has.
 _FIXED = {
@@ -50,7 +50,6 @@ _PROGRAM_KEY = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _CHUNK = 256 * 1024
-_ERROR_TAIL_BYTES = 4096
 _REQUIRED_FILTER = re.compile(r"filter\..+\.required", re.IGNORECASE | re.DOTALL)  # "" would make git die instead
 
 
@@ -186,7 +185,7 @@ def head(
         if expired.is_set():
             raise WorkspaceError(f"git {args[0]} took over {GIT_TIMEOUT_S:.0f}s in {cwd}")
         if whole and status != 0:
-            errors.seek(max(0, errors.seek(0, os.SEEK_END) - _ERROR_TAIL_BYTES))
+            errors.seek(max(0, errors.seek(0, os.SEEK_END) - GIT_ERROR_TAIL_BYTES))
             detail = errors.read().decode(errors="replace").strip()[-500:]
             raise WorkspaceError(f"git {args[0]} failed in {cwd}: {detail or f'exit status {status}'}")
     return Head(bytes(data), size, whole)

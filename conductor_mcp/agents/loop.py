@@ -16,10 +16,9 @@ from typing import Any, Literal, Protocol
 
 from conductor_mcp.agents.tools import WorkspaceTools
 from conductor_mcp.core.agent_records import ToolUse
+from conductor_mcp.core.limits import RECORDED_ARGUMENT_CHARS, WORKSPACE_TOOL_OUTPUT_CHARS
 from conductor_mcp.runtime.logs import redact_values
 
-MAX_TOOL_OUTPUT_CHARS = 8000
-RECORDED_ARGUMENT_CHARS = 4000
 LAST_TURN_NOTE = "You have used every tool turn you had: answer now, from what you have found."
 
 
@@ -59,7 +58,7 @@ async def tool_loop(
     tools: WorkspaceTools,
     *,
     max_turns: int,
-    max_tool_output_chars: int = MAX_TOOL_OUTPUT_CHARS,
+    max_tool_output_chars: int = WORKSPACE_TOOL_OUTPUT_CHARS,
 ) -> LoopResult:
     """Run the loop on `messages` (a copy is extended; the caller's list is left as it is)."""
     if max_turns < 2:

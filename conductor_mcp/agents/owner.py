@@ -32,14 +32,12 @@ from typing import Any, TypeVar
 from conductor_mcp.agents import workspace as ws
 from conductor_mcp.agents.workspace import WORKTREE_ENTRY, Workspace, remove_tree, tree_size
 from conductor_mcp.core.agent_records import WorkspaceDiff
+from conductor_mcp.core.limits import DEFAULT_DISK_BUDGET_BYTES, DEFAULT_MAX_AGENTS, DISK_CHECK_S
 from conductor_mcp.errors import DiskBudgetExceeded, WorkspaceError
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-DEFAULT_DISK_BUDGET_BYTES = 20 * 2**30
-DEFAULT_MAX_AGENTS = 4
-DISK_CHECK_S = 1.0  # how often a watcher measures the workspaces at most (less often when measuring takes long)
 KEPT_MARKER = "KEPT"  # a workspace directory holding this file is left for inspection
 _LOCK = "owner.lock"
 T = TypeVar("T")

@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STDOUT_MAX_BYTES = 32 * 2**20
-STDERR_TAIL_BYTES = 64 * 1024
-KILL_GRACE_S = 2.0
-SETTLE_S = 5.0  # for the readers and the writer to stop once the process has ended (they do not wait on it)
+from conductor_mcp.core.limits import KILL_GRACE_S, SETTLE_S, STDERR_TAIL_BYTES, STDOUT_MAX_BYTES
+
 _CHUNK = 64 * 1024
 _BURST = 16 * _CHUNK  # read at most this much at a time, so a fast writer cannot hold the event loop
 

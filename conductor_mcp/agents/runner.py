@@ -29,6 +29,7 @@ from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.config import environment_value
 from conductor_mcp.core.agent_records import AgentRecord
 from conductor_mcp.core.agent_spec import AgentSpec, SandboxMode
+from conductor_mcp.core.limits import VERSION_TIMEOUT_S
 from conductor_mcp.core.pool import WorkerSpec
 from conductor_mcp.errors import AgentFailed, AgentUnavailable
 from conductor_mcp.runtime import sandbox as isolation
@@ -38,7 +39,6 @@ log = get_logger(__name__)
 
 INSTALL_HINT = "agents run under bubblewrap (apt-get install bubblewrap)"
 ADAPTERS: dict[str, AgentAdapter] = {adapter.cli: adapter for adapter in (Codex(), Claude(), Command())}
-VERSION_TIMEOUT_S = 30.0
 _CLAIM = re.compile(
     r"(?:^|[.!?]\s+|\bI(?:'ve| have)?\s+)(?:created|wrote|written|added|modified|updated|changed|edited|fixed|"
     r"implemented|renamed|deleted|removed)\b[^\n]{0,60}",

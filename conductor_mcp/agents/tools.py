@@ -23,14 +23,16 @@ from typing import Any
 
 from conductor_mcp.agents.workspace import Workspace
 from conductor_mcp.core.agent_spec import SandboxMode, WorkspaceTool
+from conductor_mcp.core.limits import (
+    LINE_MAX_CHARS,
+    READ_MAX_BYTES,
+    READ_MAX_LINES,
+    RUN_TIMEOUT_S,
+    SEARCH_MAX_RESULTS,
+    SEARCH_TIMEOUT_S,
+)
 from conductor_mcp.runtime import sandbox as isolation
 
-READ_MAX_LINES = 400
-READ_MAX_BYTES = 256 * 1024
-SEARCH_MAX_RESULTS = 200
-SEARCH_TIMEOUT_S = 20.0
-LINE_MAX_CHARS = 300
-RUN_TIMEOUT_S = 60.0
 RUN_LIMITS = isolation.Limits(cpu_s=60, memory_mb=2048, file_mb=64, processes=128, tmpfs_mb=256)
 _SKIPPED_DIRS = {".git"}
 

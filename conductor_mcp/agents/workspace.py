@@ -27,11 +27,10 @@ from pathlib import Path
 from conductor_mcp.agents import git
 from conductor_mcp.agents.diffs import bounded_diff, changed_files
 from conductor_mcp.core.agent_records import FileChange, WorkspaceBase, WorkspaceDiff
+from conductor_mcp.core.limits import DIFF_MAX_BYTES, PATCH_MAX_BYTES
 from conductor_mcp.errors import WorkspaceError
 from conductor_mcp.runtime.sandbox import SANDBOX_UID
 
-DIFF_MAX_BYTES = 256 * 1024
-PATCH_MAX_BYTES = 64 * 1024 * 1024
 WORKTREE_ENTRY = "meta/worktree-entry"
 _WATCHED_GIT_DIRS = (
     "",
@@ -337,3 +336,11 @@ def remove_tree(path: Path) -> None:
 
     if path.exists() or path.is_symlink():
         shutil.rmtree(path, onerror=retry)
+
+
+def root_holding(path: Path, roots: list[Path]) -> Path:
+    """The innermost of `roots` that holds `path` (both resolved): what a workspace of `path` may contain. A path
+    in no root is bounded by itself."""
+    resolved = path.resolve()
+    holding = [root.resolve() for root in roots if resolved.is_relative_to(root.resolve())]
+    return max(holding, key=lambda root: len(root.parts), default=resolved)

@@ -241,7 +241,7 @@ def _doctor(settings: Settings) -> int:
 
 
 def _doctor_agents(settings: Settings) -> bool:
-    from conductor_mcp.service.upkeep import check_agents
+    from conductor_mcp.service.agent_check import check_agents
 
     return run_async(check_agents(settings, _say)) == 0
 

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from conductor_mcp.config import Settings, environment_value
+from conductor_mcp.core.limits import HOST_STARTUP_TIMEOUT_S, HOST_TOOL_TIMEOUT_S
 from conductor_mcp.errors import RequestError
 
 HOSTS = ("claude-code", "claude-desktop", "codex", "cursor", "vscode")
-TOOL_TIMEOUT_S = 600  # a tool answers within its wait_seconds (45 s unless the calling model asks for more)
-STARTUP_TIMEOUT_S = 60  # Codex waits 10 s by default: short for importing litellm on a busy 2-core machine
 TOKEN_ENV = "CONDUCTOR_HTTP_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8765/mcp"
 CHECK = {"claude-code": "claude mcp list", "codex": "codex mcp list"}
@@ -105,12 +104,18 @@ def _stdio(host: str, reg: Registration) -> tuple[dict[str, Any], list[str]]:
     command, args = reg.command[0], reg.command[1:]
     if host == "claude-code":
         env = _env(reg, lambda name: f"${{{name}}}")
-        return {"type": "stdio", "command": command, "args": args, "env": env, "timeout": TOOL_TIMEOUT_S * 1000}, []
+        return {
+            "type": "stdio",
+            "command": command,
+            "args": args,
+            "env": env,
+            "timeout": HOST_TOOL_TIMEOUT_S * 1000,
+        }, []
     if host == "codex":
         entry: dict[str, Any] = {"command": command, "args": args, "env": _env(reg, None)}
         if reg.key_envs:
             entry["env_vars"] = reg.key_envs  # Codex passes a server only the variables named here
-        return {**entry, "startup_timeout_sec": STARTUP_TIMEOUT_S, "tool_timeout_sec": TOOL_TIMEOUT_S}, []
+        return {**entry, "startup_timeout_sec": HOST_STARTUP_TIMEOUT_S, "tool_timeout_sec": HOST_TOOL_TIMEOUT_S}, []
     if host == "claude-desktop":
         notes = [NO_TIMEOUT.format(host="Claude Desktop")]
         if reg.key_envs:
@@ -139,14 +144,14 @@ def _http(host: str, reg: Registration) -> tuple[dict[str, Any], list[str]]:
             f"before starting {host}"
         )
     if host == "codex":
-        entry: dict[str, Any] = {"url": url, "tool_timeout_sec": TOOL_TIMEOUT_S}
+        entry: dict[str, Any] = {"url": url, "tool_timeout_sec": HOST_TOOL_TIMEOUT_S}
         return ({**entry, "bearer_token_env_var": TOKEN_ENV} if reg.auth else entry), notes
     header = {"claude-code": f"${{{TOKEN_ENV}}}"}.get(host, f"${{env:{TOKEN_ENV}}}")
     entry = {"type": "http", "url": url} if host != "cursor" else {"url": url}
     if reg.auth:
         entry["headers"] = {"Authorization": f"Bearer {header}"}
     if host == "claude-code":
-        entry["timeout"] = TOOL_TIMEOUT_S * 1000
+        entry["timeout"] = HOST_TOOL_TIMEOUT_S * 1000
     else:
         notes.append(NO_TIMEOUT.format(host="Cursor" if host == "cursor" else "VS Code"))
     return entry, notes

@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 AGENT_ENV = frozenset({"PATH", "HOME", "CODEX_HOME"})  # set by the adapter itself, never by a pool
-AGENT_TIMEOUT_S = 900.0
 
 AgentCli = Literal["codex", "claude", "command"]
 SandboxMode = Literal["read-only", "workspace-write"]

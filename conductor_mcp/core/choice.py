@@ -13,10 +13,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from conductor_mcp.core.limits import MAX_CHOSEN
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-
-MAX_CHOSEN = 64  # ids in one list: a pool is a handful of workers
 
 WorkerIds = Annotated[tuple[Annotated[str, Field(min_length=1, max_length=100)], ...], Field(max_length=MAX_CHOSEN)]
 

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from conductor_mcp.core.agent_spec import AGENT_TIMEOUT_S, AgentCli, AgentSpec, SandboxMode, WorkspaceTool
+from conductor_mcp.core.agent_spec import AgentCli, AgentSpec, SandboxMode, WorkspaceTool
 from conductor_mcp.core.host_model import HOST_MODEL, HOST_ONLY_FIELDS, HostPreferences, check_host_worker
-from conductor_mcp.core.limits import MAX_STEPS
+from conductor_mcp.core.limits import AGENT_TIMEOUT_S, MAX_DOCUMENT_DEPTH, MAX_DOCUMENT_VALUES, MAX_STEPS
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import PoolError
 
@@ -325,10 +325,6 @@ def mask_url(url: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- parsing
-
-
-MAX_DOCUMENT_DEPTH = 32
-MAX_DOCUMENT_VALUES = 100_000
 
 
 def parse_pool(raw: Any, source: str, default_name: str) -> Pool:

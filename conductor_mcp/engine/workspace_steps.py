@@ -27,20 +27,17 @@ from conductor_mcp.agents.loop import tool_loop
 from conductor_mcp.agents.owner import RunWorkspaces, Workspaces
 from conductor_mcp.agents.runner import change_warning, run_agent
 from conductor_mcp.agents.tools import WorkspaceTools
-from conductor_mcp.agents.workspace import Workspace
+from conductor_mcp.agents.workspace import Workspace, root_holding
 from conductor_mcp.config import Settings
 from conductor_mcp.core.agent_records import AgentRecord, StepWork
+from conductor_mcp.core.limits import DEADLINE_MARGIN_S, STDERR_IN_ERROR_CHARS
 from conductor_mcp.core.pool import Pool, WorkerSpec
 from conductor_mcp.core.records import Attempt, Run, StepRecord
 from conductor_mcp.errors import AgentFailed, AgentUnavailable, DiskBudgetExceeded, ProviderError, WorkspaceError
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.runtime.logs import get_logger
-from conductor_mcp.service.files import root_holding
 
 log = get_logger(__name__)
-
-DEADLINE_MARGIN_S = 5.0  # an agent's own deadline comes before the step's, so its stderr and diff are kept
-STDERR_IN_ERROR_CHARS = 1500
 
 
 class WorkspaceSteps:

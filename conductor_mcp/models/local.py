@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conductor_mcp.core.limits import LOCAL_CONTEXT_TOKENS, LOCAL_EXIT_WAIT_S, LOCAL_STARTUP_TIMEOUT_S
 from conductor_mcp.errors import LocalModelError
 from conductor_mcp.models.local_exit import exit_diagnosis, gone_diagnosis, is_deterministic
 from conductor_mcp.runtime.logs import get_logger
@@ -36,9 +37,6 @@ log = get_logger(__name__)
 PREFIX = "local/"
 DEFAULT_MODEL = "gemma3-270m"
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'conductor-mcp[local]'"
-STARTUP_TIMEOUT_S = 90.0
-EXIT_WAIT_S = 3.0  # how long a server that stopped answering gets to finish dying before it is called alive
-CONTEXT_TOKENS = 4096
 RUNTIME_COMMAND = (sys.executable, "-m", "conductor_mcp.models.local_runtime")
 
 
@@ -155,7 +153,7 @@ class LocalServers:
         """Why the server for `name` stopped answering, if it is dead; None while it lives.
 
         Called after a failed call: a server that answers is alive (the fault was elsewhere); one that does not
-        gets EXIT_WAIT_S to finish dying, since the connection can drop before the kernel reaps the process.
+        gets LOCAL_EXIT_WAIT_S to finish dying, since the connection can drop before the kernel reaps the process.
         """
         return await asyncio.to_thread(self._death, name)
 
@@ -166,7 +164,7 @@ class LocalServers:
             if process.poll() is None and healthy(running.base_url, timeout_s=1.0):
                 return None
             with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=EXIT_WAIT_S)
+                process.wait(timeout=LOCAL_EXIT_WAIT_S)
             return self._diagnose_exit(name, process) if process.poll() is not None else None
         try:
             pid = int(json.loads(self._state_file(name).read_text())["pid"])
@@ -184,7 +182,12 @@ class LocalServers:
     def _command(self, name: str, port: int, resident: bool) -> list[str]:
         if self.runtime_command == RUNTIME_COMMAND and not server_available():
             raise LocalModelError(f"the embedded runtime (xllamacpp) is not installed; {LOCAL_EXTRA_HINT}")
-        options = {"--model": str(model_file(name)), "--alias": name, "--port": str(port), "--ctx": str(CONTEXT_TOKENS)}
+        options = {
+            "--model": str(model_file(name)),
+            "--alias": name,
+            "--port": str(port),
+            "--ctx": str(LOCAL_CONTEXT_TOKENS),
+        }
         command = [*self.runtime_command, *(part for option in options.items() for part in option)]
         return command if resident else [*command, "--parent-pid", str(os.getpid())]
 
@@ -198,14 +201,14 @@ class LocalServers:
                 command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=resident
             )
         running = Running(name, port, process.pid, resident)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = time.monotonic() + LOCAL_STARTUP_TIMEOUT_S
         while not healthy(running.base_url, timeout_s=1.0):
             if process.poll() is not None:
                 raise LocalModelError(self._diagnose_exit(name, process))
             if time.monotonic() > deadline:
                 process.kill()
                 process.wait()
-                raise LocalModelError(f"the local {name} server did not answer within {STARTUP_TIMEOUT_S:.0f}s")
+                raise LocalModelError(f"the local {name} server did not answer within {LOCAL_STARTUP_TIMEOUT_S:.0f}s")
             time.sleep(0.2)
         log.info("local_server_started", model=name, port=port, pid=process.pid, resident=resident)
         return running, process
@@ -233,7 +236,7 @@ class LocalServers:
             f"{running.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(request, timeout=STARTUP_TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=LOCAL_STARTUP_TIMEOUT_S) as response:
                 tokens = json.load(response)["usage"]["completion_tokens"]
         except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
             raise LocalModelError(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-TAIL_LINES = 5
-TAIL_LINE_CHARS = 240
+from conductor_mcp.core.limits import TAIL_LINE_CHARS, TAIL_LINES
+
 REINSTALL = "pip install --force-reinstall --no-cache-dir xllamacpp"
 
 _ADVICE = {

@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import Any
 
-PARENT_CHECK_S = 1.0
+from conductor_mcp.core.limits import PARENT_CHECK_S
 
 
 def default_threads() -> int:

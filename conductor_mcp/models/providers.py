@@ -24,6 +24,7 @@ from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.core.host_model import HOST_MODEL, NO_HOST, HostModel
+from conductor_mcp.core.limits import BACKOFF_MAX_S, DEFAULT_CONCURRENCY
 from conductor_mcp.core.pool import ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
@@ -48,8 +49,6 @@ RETRYABLE = (
 # the openai SDK's), after retries. Anything else raised in a call is ours (a bug): it is not hidden as a provider
 # failure, and no other worker is paid for it.
 API_ERRORS = (*exceptions.LITELLM_EXCEPTION_TYPES, openai.OpenAIError)
-BACKOFF_MAX_S = 20.0
-DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
 
 
 class KeyUnavailable(Exception):

@@ -12,8 +12,7 @@ import re
 from typing import Any
 
 from conductor_mcp.core import prompts
-
-QUOTED_RESULT_CHARS = 200
+from conductor_mcp.core.limits import QUOTED_RESULT_CHARS
 
 
 def requested_calls(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[tuple[str, str]]:

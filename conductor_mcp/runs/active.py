@@ -15,11 +15,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 import anyio
 
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent, heartbeat_event
+from conductor_mcp.core.limits import CANCEL_GRACE_S, COALESCE_S
 from conductor_mcp.core.records import Run
 from conductor_mcp.runtime.lifetimes import TaskOwner
-
-CANCEL_GRACE_S = 10.0
-COALESCE_S = 0.01  # a coalescing follower gets an event this late, with the ones that follow it this closely
 
 
 class ActiveRuns:

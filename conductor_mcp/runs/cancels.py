@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from conductor_mcp.core.limits import CANCEL_POLL_S
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.active import ActiveRuns
@@ -18,8 +19,6 @@ from conductor_mcp.runs.store import Store
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
-
-CANCEL_POLL_S = 1.0  # how often a process looks for cancellations asked for by another process
 
 
 async def ask_to_cancel(store: Store, load: Callable[[], Run], wait_s: float) -> Run:

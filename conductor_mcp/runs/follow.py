@@ -13,9 +13,8 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from conductor_mcp.core.events import ProgressEvent, changed_event, heartbeat_event
+from conductor_mcp.core.limits import WATCH_INTERVAL_S
 from conductor_mcp.core.records import Run
-
-WATCH_INTERVAL_S = 0.5
 
 
 def _signature(run: Run) -> tuple[Any, ...]:

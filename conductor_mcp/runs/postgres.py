@@ -31,6 +31,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conductor_mcp.config import masked_url
+from conductor_mcp.core.limits import ATTEMPT_WAIT_S, CONNECT_TIMEOUT_S, STORE_RETRY_S
 from conductor_mcp.core.records import Run, StepRecord, now
 from conductor_mcp.errors import RunNotFound, StoreError
 from conductor_mcp.runs.fence import WriteFence
@@ -51,9 +52,6 @@ log = get_logger(__name__)
 T = TypeVar("T")
 
 MIGRATION_LOCK = 0x636F6E64756374  # pg_advisory_xact_lock key while migrating ("conduct")
-CONNECT_TIMEOUT_S = 10
-STORE_RETRY_S = 30.0  # how long a call waits out a database that went away (a fast restart takes a second or two)
-ATTEMPT_WAIT_S = 2.0  # one attempt's wait for a pooled connection
 
 _SAVE_RUN = (
     "INSERT INTO runs (id, created_at, updated_at, status, parent_id, pool, task, principal, doc) "

@@ -29,20 +29,18 @@ from typing import Any
 import psycopg
 
 from conductor_mcp.core.events import ProgressEvent, heartbeat_event
+from conductor_mcp.core.limits import CONNECT_TIMEOUT_S, LIVE_MESSAGE_CHARS, OWNER_CHECK_S, RETAKE_GRACE_S
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import StoreError
 from conductor_mcp.runs.leases import Lease, Liveness
-from conductor_mcp.runs.postgres import CONNECT_TIMEOUT_S, PostgresStore, check_reachable
+from conductor_mcp.runs.postgres import PostgresStore, check_reachable
 from conductor_mcp.runtime.lifetimes import TaskOwner
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 
 CHANNEL = "conductor_progress"
-MAX_MESSAGE_CHARS = 2000  # NOTIFY payloads stop at 8000 bytes; an event's message is a line
 RETAKE_BACKOFF_S = (0.1, 1.0)  # the first and the longest wait between attempts to take a lost lease again
-RETAKE_GRACE_S = 5.0  # how long a waiter gives an owner to take its lease again before believing it interrupted
-OWNER_CHECK_S = 2.0  # how often a remote waiter checks that the run's owner still holds its lease
 _HELD = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
@@ -178,7 +176,7 @@ class AdvisoryLease(AdvisoryLiveness, Lease):
 
 def _encode(event: ProgressEvent) -> str:
     """The event without its step record (waiters show the message and counts; the record is in the store)."""
-    fields = (event.kind, event.run_id, event.message[:MAX_MESSAGE_CHARS], event.finished_steps, event.total_steps)
+    fields = (event.kind, event.run_id, event.message[:LIVE_MESSAGE_CHARS], event.finished_steps, event.total_steps)
     return json.dumps(fields)
 
 

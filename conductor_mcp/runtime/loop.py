@@ -9,12 +9,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any
 
-# A full collection after every 1,000 collections of the middle generation, not Python's 10. A run in flight keeps
-# ~330 tracked objects alive (its coroutines, events, records): with 1,000 runs in flight a full collection walks
-# ~330k objects in 0.17-0.30 s while every run waits, and finds next to nothing to free (0-450 objects). Measured
-# with tools/bench_load.py's hold (1,000 runs in flight, 3 rounds), p99 overhead: 1,311 ms with neither the freeze
-# nor this; with the freeze, 257 ms at 100 (a full collection still landed in a round) and 10 ms at 1,000, RSS +1.7%.
-FULL_COLLECTION_EVERY = 1000
+from conductor_mcp.core.limits import FULL_COLLECTION_EVERY
 
 
 def prefer_bundled_price_map() -> None:

@@ -43,10 +43,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from conductor_mcp.core.limits import AGENT_UID
 from conductor_mcp.errors import SandboxUnavailable
 
 SANDBOX_UID = 65534  # "nobody": the uid inside the sandbox, and on the host when the caller is root
-AGENT_UID = 1000  # an agent's uid in its own user namespace when the caller is root (it stays root on the host)
 WORKDIR = "/sandbox"
 MIB = 2**20
 

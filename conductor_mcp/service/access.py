@@ -13,11 +13,11 @@ from typing import Any
 
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.host_model import HostModel
+from conductor_mcp.core.limits import CANCEL_GRACE_S
 from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
 from conductor_mcp.errors import RunNotFound
-from conductor_mcp.runs.active import CANCEL_GRACE_S
 from conductor_mcp.service.reader import RunReader
 from conductor_mcp.service.service import Service
 

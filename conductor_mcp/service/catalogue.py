@@ -17,12 +17,11 @@ import yaml
 
 from conductor_mcp.agents.availability import unavailable_workers
 from conductor_mcp.config import environment_value
+from conductor_mcp.core.limits import MAX_POOL_FILE_BYTES
 from conductor_mcp.core.pool import Pool, parse_pool
 from conductor_mcp.errors import ModelNotFound, PoolError, RequestError
 from conductor_mcp.models import local
 from conductor_mcp.runtime.logs import get_logger
-
-MAX_POOL_FILE_BYTES = 1 << 20
 
 log = get_logger(__name__)
 

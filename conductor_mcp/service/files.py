@@ -28,12 +28,10 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
-from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, MAX_FILE_BYTES, MAX_FILES
+from conductor_mcp.core.limits import MAX_CONTEXT_CHARS, MAX_FILE_BYTES, MAX_FILES, MAX_STUCK_READS, READ_TIMEOUT_S
 from conductor_mcp.core.request import FileRef
 from conductor_mcp.errors import RequestError
 
-READ_TIMEOUT_S = 10.0  # one file; a disk this slow is broken, or the file is not a file
-MAX_STUCK_READS = 8  # reads past their deadline whose threads have not returned yet: beyond, refuse new ones
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _reader_slots = threading.BoundedSemaphore(MAX_STUCK_READS)
 T = TypeVar("T")
@@ -194,14 +192,6 @@ def workspace_in_roots(path: str | None, roots: list[Path]) -> Path:
     if not resolved.is_dir():
         raise RequestError(f"workspace: {path!r} is not a directory")
     return resolved
-
-
-def root_holding(path: Path, roots: list[Path]) -> Path:
-    """The innermost of `roots` that holds `path` (both resolved): what a workspace of `path` may contain. A path
-    in no root is bounded by itself."""
-    resolved = path.resolve()
-    holding = [root.resolve() for root in roots if resolved.is_relative_to(root.resolve())]
-    return max(holding, key=lambda root: len(root.parts), default=resolved)
 
 
 def roots_from_uris(uris: list[str]) -> list[Path]:

@@ -15,13 +15,11 @@ from pydantic import BaseModel, Field
 from conductor_mcp.agents.apply import PatchRefused, apply_patch
 from conductor_mcp.core.agent_records import FileChange
 from conductor_mcp.core.final_work import final_work
+from conductor_mcp.core.limits import MAX_FILES_LISTED, METADATA_VALUE_CHARS
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StepNotFound
 from conductor_mcp.service.files import workspace_in_roots
 from conductor_mcp.service.service import Service
-
-MAX_FILES_LISTED = 100
-METADATA_VALUE_CHARS = 512  # OpenAI's limit on a metadata value
 
 WorkspaceArg = Annotated[
     str | None,

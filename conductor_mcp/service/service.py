@@ -20,7 +20,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.core.client_tools import add_tool_turn
 from conductor_mcp.core.events import ProgressCallback, ProgressEvent
 from conductor_mcp.core.host_model import HostModel
-from conductor_mcp.core.limits import MAX_CONTEXT_CHARS
+from conductor_mcp.core.limits import CANCEL_GRACE_S, MAX_CONTEXT_CHARS
 from conductor_mcp.core.new_run import new_run
 from conductor_mcp.core.outcome import END_KINDS, EndStatus, Stop
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
@@ -36,7 +36,7 @@ from conductor_mcp.engine.progress import emit
 from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
 from conductor_mcp.models.providers import Providers
-from conductor_mcp.runs.active import CANCEL_GRACE_S, ActiveRuns
+from conductor_mcp.runs.active import ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
 from conductor_mcp.runs.cancels import ask_to_cancel, serve_cancel_requests
 from conductor_mcp.runs.leases import Lease

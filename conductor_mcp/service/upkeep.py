@@ -1,14 +1,12 @@
-"""What an operator asks of this installation outside any run: the store's health and retention, the embedded
-model's resident server, and a round trip of each configured agent. The CLI reaches the store, the models and the
-agents only through here, as the doors reach them only through the service."""
+"""What an operator asks of this installation outside any run: the store's health and retention, and the
+embedded model's resident server. The CLI reaches the store and the models only through here (and the agents' check
+through service/agent_check.py), as the doors reach them only through the service."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from pathlib import Path
 
-from conductor_mcp.agents import doctor
 from conductor_mcp.config import Settings
 from conductor_mcp.models import local
 from conductor_mcp.runs.backends import open_store, store_info
@@ -41,8 +39,3 @@ def embedded_model_report(state_dir: Path) -> tuple[bool, str | None]:
 def manage_embedded_model(action: str, model: str, state_dir: Path) -> str:
     """`local up | down | status`: the embedded model's resident server."""
     return local.manage(action, model, state_dir)
-
-
-async def check_agents(settings: Settings, say: Callable[[str], None]) -> int:
-    """Start each agent the pools configure once in its sandbox (`doctor`); how many failed, each said."""
-    return await doctor.check_agents(settings, say)

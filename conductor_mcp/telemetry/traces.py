@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.limits import MAX_CONTENT_CHARS, MAX_ERROR_CHARS
 from conductor_mcp.core.records import Attempt, CallUsage, Run, StepRecord
 from conductor_mcp.errors import SettingsError
 from conductor_mcp.runtime.logs import register_secret
@@ -46,8 +47,6 @@ except ImportError as missing:  # pragma: no cover - the extra is part of dev in
         f"OTEL_EXPORTER_OTLP_ENDPOINT is set but {missing.name} is not installed: pip install 'conductor-mcp[otel]'"
     ) from None
 
-MAX_CONTENT_CHARS = 32_000  # of one span attribute holding prompt or answer text (opt-in)
-MAX_ERROR_CHARS = 500  # of an error's text in a span's status (opt-in)
 _ERROR_CLASS = re.compile(r"([A-Za-z_][\w.]{0,99})(?=: | after \d)")  # "RateLimitError: ...", "Timeout after 30s"
 Messages = Callable[[str, str], list[dict[str, Any]] | None]  # (run id, step key) -> the messages it was sent
 

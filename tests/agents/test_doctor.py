@@ -11,8 +11,8 @@ import pytest
 
 from conductor_mcp.models import sim_agent
 from tests.agents.conftest import CODEX, codex_agent, needs_bwrap
+from tests.cli.test_cli import cli
 from tests.conftest import sim_pool_doc, write_pool
-from tests.test_cli import cli
 
 pytestmark = [pytest.mark.slow, needs_bwrap]
 

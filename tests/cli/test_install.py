@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from conductor_mcp.cli.install import TOOL_TIMEOUT_S, server_command
+from conductor_mcp.cli.install import server_command
+from conductor_mcp.core.limits import HOST_TOOL_TIMEOUT_S
 from tests.conftest import HttpServer
 
 CLAUDE = os.environ.get("CONDUCTOR_CLAUDE_BIN") or shutil.which("claude")
@@ -88,7 +89,7 @@ def test_claude_code_starts_the_installed_server_and_finds_it_healthy(home: Path
     out = installed(home, "claude-code", "--pool", "sim")
     written = entry(home / ".claude.json", "mcpServers")
     assert written["command"] == server_command()[0] and Path(written["command"]).is_absolute()
-    assert written["env"]["CONDUCTOR_POOL"] == "sim" and written["timeout"] == TOOL_TIMEOUT_S * 1000
+    assert written["env"]["CONDUCTOR_POOL"] == "sim" and written["timeout"] == HOST_TOOL_TIMEOUT_S * 1000
     assert "claude mcp list" in out
     listing = claude(home, "mcp", "list")
     assert "conductor:" in listing and "Connected" in listing, listing  # it ran our server's MCP handshake
@@ -105,7 +106,7 @@ def test_claude_code_reaches_the_http_form_with_the_token_from_its_environment(h
         assert written == {
             "type": "http",
             "url": server.url,
-            "timeout": TOOL_TIMEOUT_S * 1000,
+            "timeout": HOST_TOOL_TIMEOUT_S * 1000,
             "headers": {"Authorization": "Bearer ${CONDUCTOR_HTTP_TOKEN}"},
         }
         assert "Connected" in claude(home, "mcp", "list", CONDUCTOR_HTTP_TOKEN=TOKEN)
@@ -135,7 +136,7 @@ def test_codex_lists_the_installed_server_and_keeps_the_rest_of_its_config(home:
     assert server["transport"]["command"] == server_command()[0] and server["transport"]["args"] == ["serve"]
     assert server["transport"]["env"] == {"CONDUCTOR_POOL": "frontier"}
     assert set(server["transport"]["env_vars"]) >= {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}  # names, not values
-    assert server["tool_timeout_sec"] == TOOL_TIMEOUT_S and server["startup_timeout_sec"] >= 30
+    assert server["tool_timeout_sec"] == HOST_TOOL_TIMEOUT_S and server["startup_timeout_sec"] >= 30
     got = subprocess.run([CODEX, "mcp", "get", "conductor-http", "--json"], capture_output=True, text=True, env=env)
     assert json.loads(got.stdout)["transport"]["bearer_token_env_var"] == "CONDUCTOR_HTTP_TOKEN"
     assert tomllib.loads(text)["mcp_servers"]["other"] == {"command": "other-server"}

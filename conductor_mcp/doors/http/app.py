@@ -27,8 +27,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import HTTPConnection
 
+from conductor_mcp.core.limits import GRACEFUL_SHUTDOWN_S, KEEP_ALIVE_S
 from conductor_mcp.doors.http.auth import check_token
-from conductor_mcp.doors.http.guards import KEEP_ALIVE_S, BodyLimit, connection_cap, guarded_http
+from conductor_mcp.doors.http.guards import BodyLimit, connection_cap, guarded_http
 from conductor_mcp.doors.http.metrics import metrics_routes
 from conductor_mcp.doors.http.principals import signed_in_user
 from conductor_mcp.doors.mcp.server import build_server
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 LOOPBACK_NAMES = {"localhost"}
-GRACEFUL_SHUTDOWN_S = 5  # open event streams (viewer pages, OpenAI streams) must not hold a stop forever
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 NO_TOKEN = (
     "missing or wrong bearer token: send Authorization: Bearer <CONDUCTOR_HTTP_TOKEN, or a token from "

@@ -5,10 +5,10 @@ Strength: a token shorter than MIN_TOKEN_CHARS, or of fewer than MIN_DISTINCT_CH
 refused for a server reachable from other machines and warned about on loopback (where any local account can
 try it, but only from this machine). The token the server makes itself (`secrets.token_urlsafe(32)`) passes.
 
-Guessing: a client address that presented MAX_FAILURES wrong tokens within WINDOW_S is refused (429, with
-Retry-After) until the oldest of them is WINDOW_S old, whatever it sends meanwhile, the right token included:
+Guessing: a client address that presented AUTH_MAX_FAILURES wrong tokens within AUTH_WINDOW_S is refused (429, with
+Retry-After) until the oldest of them is AUTH_WINDOW_S old, whatever it sends meanwhile, the right token included:
 otherwise the refusal would tell a guesser nothing. A legitimate client sharing that address (on loopback, every
-local process) is locked out with it for at most WINDOW_S.
+local process) is locked out with it for at most AUTH_WINDOW_S.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ import collections
 import math
 import time
 
+from conductor_mcp.core.limits import (
+    AUTH_MAX_FAILURES,
+    AUTH_MAX_TRACKED,
+    AUTH_WINDOW_S,
+    MIN_DISTINCT_CHARS,
+    MIN_TOKEN_CHARS,
+)
 from conductor_mcp.errors import RequestError
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-MIN_TOKEN_CHARS = 32
-MIN_DISTINCT_CHARS = 10
-MAX_FAILURES = 20
-WINDOW_S = 60.0
-MAX_TRACKED = 10_000  # client addresses remembered; past it, the quietest are forgotten
 MAKE_ONE = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
@@ -55,7 +57,7 @@ def check_token(token: str, loopback: bool) -> None:
 class AuthThrottle:
     """Failed sign-ins per client address over a sliding window (see the module's docstring)."""
 
-    def __init__(self, max_failures: int = MAX_FAILURES, window_s: float = WINDOW_S) -> None:
+    def __init__(self, max_failures: int = AUTH_MAX_FAILURES, window_s: float = AUTH_WINDOW_S) -> None:
         self.max_failures, self.window_s = max_failures, window_s
         self._failures: dict[str, collections.deque[float]] = {}
 
@@ -69,7 +71,7 @@ class AuthThrottle:
     def failed(self, client: str) -> None:
         failures = self._recent(client)
         if failures is None:
-            if len(self._failures) >= MAX_TRACKED:
+            if len(self._failures) >= AUTH_MAX_TRACKED:
                 self._forget_quietest()
             failures = self._failures[client] = collections.deque()
         failures.append(time.monotonic())
@@ -87,6 +89,6 @@ class AuthThrottle:
         return failures
 
     def _forget_quietest(self) -> None:
-        quietest = sorted(self._failures, key=lambda c: self._failures[c][-1])[: MAX_TRACKED // 10]
+        quietest = sorted(self._failures, key=lambda c: self._failures[c][-1])[: AUTH_MAX_TRACKED // 10]
         for client in quietest:
             del self._failures[client]

@@ -20,15 +20,18 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from conductor_mcp.core.limits import MAX_BODY_BYTES, MAX_FORM_BODY_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_OTHER_BODY_BYTES
+from conductor_mcp.core.limits import (
+    BODY_TIMEOUT_S,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    MAX_FORM_BODY_BYTES,
+    MAX_MCP_MESSAGE_BYTES,
+    MAX_OTHER_BODY_BYTES,
+)
 from conductor_mcp.doors.viewer import html as html
 from conductor_mcp.runtime.logs import get_logger
 
 log = get_logger(__name__)
-
-BODY_TIMEOUT_S = 60.0
-KEEP_ALIVE_S = 5  # uvicorn closes a connection idle this long after a response
-MAX_CONNECTIONS = 1000  # and never more than half the process's descriptors
 
 
 BODY_LIMITS = {

@@ -11,6 +11,12 @@ from typing import Literal
 from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import BaseModel, Field
 
+from conductor_mcp.core.limits import (
+    ANSWER_LIMIT_CHARS,
+    INSTRUCTION_EXCERPT_CHARS,
+    OUTPUT_EXCERPT_CHARS,
+    RESULT_MARKDOWN_CHARS,
+)
 from conductor_mcp.core.outcome import BUDGETS, StopKind
 from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
@@ -19,10 +25,6 @@ from conductor_mcp.doors.render import agent_warning, to_markdown
 from conductor_mcp.service.catalogue import PoolSummary
 from conductor_mcp.service.patches import PatchSummary, patch_summary
 
-MARKDOWN_LIMIT = 30_000  # characters, about 8,000 tokens
-ANSWER_LIMIT_CHARS = 40_000  # about 10,000 tokens: with the step summaries a result stays under ~20,000 tokens
-OUTPUT_EXCERPT_CHARS = 300
-INSTRUCTION_EXCERPT_CHARS = 300
 Detail = Literal["summary", "full"]
 
 
@@ -241,8 +243,8 @@ def run_result(
         markdown += f"\n**Viewer:** {viewer_url}\n"
     if run.status != "done" or result.stopped_by:
         markdown += f"\n**Next:** {result.next_action}\n"
-    if len(markdown) > MARKDOWN_LIMIT:
-        markdown = markdown[:MARKDOWN_LIMIT] + f"\n\n… cut; the full transcript is at {transcript}\n"
+    if len(markdown) > RESULT_MARKDOWN_CHARS:
+        markdown = markdown[:RESULT_MARKDOWN_CHARS] + f"\n\n… cut; the full transcript is at {transcript}\n"
     links = [
         ResourceLink(
             type="resource_link",

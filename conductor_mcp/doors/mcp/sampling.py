@@ -27,10 +27,8 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from conductor_mcp.core.host_model import HostAnswer, HostPreferences
+from conductor_mcp.core.limits import HOST_SAMPLING_MAX_TOKENS, MAX_REPORTED_TOKENS
 from conductor_mcp.errors import HostDeclined, HostUnavailable
-
-DEFAULT_MAX_TOKENS = 1024
-MAX_REPORTED_TOKENS = 10_000_000  # a client's own usage report is believed up to this
 
 
 class SessionHost:
@@ -60,7 +58,7 @@ class SessionHost:
                 warnings.simplefilter("ignore")
                 result = await self._session.create_message(
                     sampling,
-                    max_tokens=int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
+                    max_tokens=int(params.get("max_tokens") or HOST_SAMPLING_MAX_TOKENS),
                     system_prompt=system,
                     temperature=params.get("temperature"),
                     stop_sequences=_stops(params.get("stop")),

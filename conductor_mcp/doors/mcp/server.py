@@ -25,7 +25,7 @@ from pydantic import Field
 
 from conductor_mcp import __version__
 from conductor_mcp.core.events import ProgressEvent
-from conductor_mcp.core.limits import MAX_RUNS_LISTED
+from conductor_mcp.core.limits import DEFAULT_WAIT_S, MAX_RUNS_LISTED, MAX_WAIT_S
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.core.request import (
     POOL_NAME,
@@ -63,8 +63,6 @@ from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
-DEFAULT_WAIT_S = 45.0  # below the ~60 s at which Claude Desktop and older Codex versions cut a tool call
-MAX_WAIT_S = 3600.0
 
 INSTRUCTIONS = """\
 conductor-mcp solves hard tasks with a team of LLMs. A Conductor model writes a short workflow (which worker

@@ -26,6 +26,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from conductor_mcp.core.limits import TASK_DETAILS_REMEMBERED
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.mcp.results import Detail, run_result
@@ -35,7 +36,6 @@ from conductor_mcp.service.service import Service
 
 TASKS = "io.modelcontextprotocol/tasks"
 TASK_TOOLS = frozenset({"orchestrate", "continue_workflow"})
-MAX_DETAILS = 10_000  # tasks whose call asked for detail='full' remembered; an older one's result is the summary
 
 # Run status -> task status. A failed run is a tool result (the tool returns it, as any run), so its task is
 # `completed` with that result: the SEP keeps `failed` for JSON-RPC errors. An interrupted run (its server
@@ -143,7 +143,7 @@ class TasksExtension(Extension):
             return result
         if handover.detail != "summary":
             self.details[run.id] = handover.detail  # kept only when it differs from tasks/get's default
-            while len(self.details) > MAX_DETAILS:
+            while len(self.details) > TASK_DETAILS_REMEMBERED:
                 self.details.popitem(last=False)
         return {"resultType": "task", **self.task(run)}  # the run is stored: tasks/get resolves it already
 

@@ -17,13 +17,14 @@ from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
+from conductor_mcp.core.limits import MAX_RENDERED_CHARS
+
 
 def escaped(value: object) -> str:
     """Any value as HTML text, quotes included: the one escape every viewer page uses for what it did not write."""
     return escape(str(value), quote=True)
 
 
-MAX_RENDERED_CHARS = 200_000  # past this an output is shown as text only: rendering it would cost the server
 LINK_SCHEMES = ("http://", "https://", "mailto:")
 
 

@@ -25,13 +25,14 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.limits import CODE_TTL_S, SESSION_TTL_S, VIEWER_PAGE_SIZE
 from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import RUN_STATUSES
 from conductor_mcp.doors.http.auth import AuthThrottle
 from conductor_mcp.doors.http.principals import LOCAL_IDENTITY, Credentials, Identity, presented_token, reads
 from conductor_mcp.doors.viewer import html as html
 from conductor_mcp.doors.viewer.list_page import list_page
-from conductor_mcp.doors.viewer.sessions import SESSION_TTL_S, Sessions
+from conductor_mcp.doors.viewer.sessions import Sessions
 from conductor_mcp.errors import ConductorError, RequestError, RunNotFound, StepNotFound, StoreError
 from conductor_mcp.service.access import Reads
 from conductor_mcp.service.tokens import TokenBook
@@ -54,8 +55,6 @@ SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "x-frame-options": "DENY",
 }
-CODE_TTL_S = 300.0
-PAGE_SIZE = 50
 
 
 class ViewerAuth:
@@ -197,19 +196,19 @@ class Viewer:
         return secured(RedirectResponse("/ui/", status_code=308))
 
     async def runs(self, request: Request) -> Response:
-        """The run list: newest first, filtered by status and pool, PAGE_SIZE rows a page (keyset paging)."""
+        """The run list: newest first, filtered by status and pool, VIEWER_PAGE_SIZE rows a page (keyset paging)."""
         query = request.query_params
         filters = {k: query[k] for k in ("status", "pool", "before", "after") if query.get(k)}
         if filters.get("status") and filters["status"] not in RUN_STATUSES:
             raise RequestError(f"status: must be one of {', '.join(RUN_STATUSES)}, got {filters['status']!r}")
-        listed = list_page(reads(self.service), filters, PAGE_SIZE)
+        listed = list_page(reads(self.service), filters, VIEWER_PAGE_SIZE)
         return secured(HTMLResponse(html.list_page(listed, filters, self.service.pools.names())))
 
     async def run(self, request: Request) -> Response:
         """A run's page, or (?part=body) just the part the live script swaps in."""
         mine = reads(self.service)
         run = mine.get_run(request.path_params["run_id"])
-        children = mine.list_runs(PAGE_SIZE, parent_id=run.id)
+        children = mine.list_runs(VIEWER_PAGE_SIZE, parent_id=run.id)
         if request.query_params.get("part") == "body":
             return secured(HTMLResponse(html.run_body(run, children)))
         return secured(HTMLResponse(html.run_page(run, children)))

@@ -28,12 +28,12 @@ from typing import NamedTuple
 
 from starlette.responses import Response
 
+from conductor_mcp.core.limits import SESSION_TTL_S
 from conductor_mcp.core.principal import Principal
 from conductor_mcp.doors.http.principals import Identity
 
 COOKIE = "conductor_viewer"
 SECURE_COOKIE = "__Host-conductor_viewer"
-SESSION_TTL_S = 8 * 3600
 
 
 class Session(NamedTuple):

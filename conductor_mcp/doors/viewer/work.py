@@ -6,11 +6,9 @@ classed spans, so the stylesheet colours what was added and removed)."""
 from __future__ import annotations
 
 from conductor_mcp.core.agent_records import StepWork
+from conductor_mcp.core.limits import DIFF_SHOWN_CHARS, VIEWER_SHOWN_CHARS
 from conductor_mcp.core.records import StepRecord
 from conductor_mcp.doors.viewer.markdown import escaped as _e
-
-SHOWN_CHARS = 4000
-DIFF_SHOWN_CHARS = 200_000
 
 
 def _cut(text: str, limit: int) -> str:
@@ -43,7 +41,7 @@ def _facts(work: StepWork) -> str:
         if agent.warning:
             facts.append(("warning", agent.warning))
         if agent.stderr_tail:
-            facts.append(("stderr (end)", _cut(agent.stderr_tail, SHOWN_CHARS)))
+            facts.append(("stderr (end)", _cut(agent.stderr_tail, VIEWER_SHOWN_CHARS)))
     if work.patch_note:
         facts.append(("patch", work.patch_note))
     rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
@@ -54,8 +52,8 @@ def _commands(work: StepWork) -> str:
     if work.agent is None or not work.agent.commands:
         return ""
     rows = "".join(
-        f'<tr><td><pre class="text">{_e(_cut(c.command, SHOWN_CHARS))}</pre></td><td>{_e(c.exit_code)}</td>'
-        f'<td><pre class="text">{_e(_cut(c.output_tail or "", SHOWN_CHARS))}</pre></td></tr>'
+        f'<tr><td><pre class="text">{_e(_cut(c.command, VIEWER_SHOWN_CHARS))}</pre></td><td>{_e(c.exit_code)}</td>'
+        f'<td><pre class="text">{_e(_cut(c.output_tail or "", VIEWER_SHOWN_CHARS))}</pre></td></tr>'
         for c in work.agent.commands
     )
     head = "<tr><th>command</th><th>exit</th><th>output (end)</th></tr>"
@@ -67,8 +65,8 @@ def _tool_uses(work: StepWork) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{u.turn}</td><td>{_e(u.name)}</td>"
-        f'<td><pre class="text">{_e(_cut(u.arguments, SHOWN_CHARS))}</pre></td>'
-        f'<td><pre class="text">{_e(_cut(u.output, SHOWN_CHARS))}</pre></td>'
+        f'<td><pre class="text">{_e(_cut(u.arguments, VIEWER_SHOWN_CHARS))}</pre></td>'
+        f'<td><pre class="text">{_e(_cut(u.output, VIEWER_SHOWN_CHARS))}</pre></td>'
         f"<td>{'error' if u.error else 'ok'}</td></tr>"
         for u in work.tool_uses
     )

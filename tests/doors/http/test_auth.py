@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from conductor_mcp.config import Settings
+from conductor_mcp.core.limits import AUTH_MAX_FAILURES
 from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
-from conductor_mcp.doors.http.auth import MAX_FAILURES, token_weakness
+from conductor_mcp.doors.http.auth import token_weakness
 from conductor_mcp.doors.http.principals import ADMIN_TOKEN_ID, LOCAL_IDENTITY
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.doors.viewer.routes import ViewerAuth
@@ -158,7 +159,7 @@ def test_a_weak_token_on_loopback_is_served_with_a_warning(tmp_path: Path) -> No
 async def test_wrong_tokens_are_throttled_per_client(tmp_path: Path) -> None:
     auth = ViewerAuth(TOKEN)
     async with serving(tmp_path, auth) as client:
-        for _ in range(MAX_FAILURES):
+        for _ in range(AUTH_MAX_FAILURES):
             wrong = await client.get("/v1/models", headers={"authorization": "Bearer guess"})
             assert wrong.status_code == 401
         throttled = await client.get("/v1/models", headers=BEARER)  # even the right one: no oracle for a guesser
@@ -168,7 +169,7 @@ async def test_wrong_tokens_are_throttled_per_client(tmp_path: Path) -> None:
         assert form.status_code == 429 and "retry-after" in form.headers
     async with serving(tmp_path, auth, client="10.0.0.7") as elsewhere:  # another address is not held up
         assert (await elsewhere.get("/v1/models", headers=BEARER)).status_code == 200
-        for _ in range(MAX_FAILURES):
+        for _ in range(AUTH_MAX_FAILURES):
             assert (await elsewhere.post("/ui/login", data={"token": "guess"})).status_code == 403
         assert (await elsewhere.post("/ui/login", data={"token": TOKEN})).status_code == 429
         assert (await elsewhere.get("/v1/models", headers=BEARER)).status_code == 429  # one record for both doors
@@ -182,7 +183,7 @@ async def test_named_tokens_are_throttled_and_refused_as_the_admin_token_is(tmp_
     async with serving(tmp_path, ViewerAuth(TOKEN, tokens=book)) as client:
         assert (await client.get("/v1/models", headers={"authorization": f"Bearer {named}"})).status_code == 200
         assert (await client.get("/v1/models", headers={"authorization": f"Bearer {named}x"})).status_code == 401
-        for _ in range(MAX_FAILURES - 1):
+        for _ in range(AUTH_MAX_FAILURES - 1):
             await client.get("/v1/models", headers={"authorization": "Bearer cmcp_guess"})
         throttled = await client.get("/v1/models", headers={"authorization": f"Bearer {named}"})
         assert throttled.status_code == 429

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conductor_mcp.doors.viewer.markdown import MAX_RENDERED_CHARS, output_html
+from conductor_mcp.core.limits import MAX_RENDERED_CHARS
+from conductor_mcp.doors.viewer.markdown import output_html
 from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, scripted_pool, sim_pool_doc
 from tests.doors.viewer.test_viewer import BEARER, serving, stored
