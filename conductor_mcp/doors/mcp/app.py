@@ -13,7 +13,7 @@ its one script and one stylesheet, nothing else) lets no other script run and no
 
 SEP-2133's graceful degradation: a client that did not negotiate the extension (`mimeTypes` with the app's MIME
 type) sees today's server byte for byte: `ui_gate` takes the `_meta.ui` entries, the app-only tools and the
-`ui://` resource out of what it lists and reads, and refuses the app-only tools.
+`ui://` resource out of what it lists and reads, and the app-only tools refuse it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Annotated, Any
 
 from mcp.server.apps import APP_MIME_TYPE, Apps, ResourceCsp, client_supports_apps
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -39,6 +40,7 @@ from conductor_mcp.core.records import Run, RunStatus, StepRecord
 from conductor_mcp.core.usage import Totals
 from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.viewer.svg import graph_layout, source_key, timeline_layout
+from conductor_mcp.errors import RequestError
 from conductor_mcp.service.access import Reads
 from conductor_mcp.service.patches import PatchSummary, patch_summary, patch_uri
 from conductor_mcp.service.service import Service
@@ -233,10 +235,12 @@ def apps_extension(service: Service, tool_errors: Callable[[], AbstractContextMa
     )
     async def run_view_tool(
         run_id: RunIdArg,
+        ctx: Context,
         seen: Annotated[str | None, Field(max_length=64, description="the version last drawn")] = None,
         wait_seconds: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="longest wait for a change")] = 0,
     ) -> Annotated[CallToolResult, RunView]:
         with tool_errors():
+            for_apps(ctx, "run_view")
             return run_view(await next_change(access(service), run_id, seen, wait_seconds))
 
     @apps.tool(
@@ -246,21 +250,26 @@ def apps_extension(service: Service, tool_errors: Callable[[], AbstractContextMa
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
         description="Cancel a running run, keeping its finished steps (continue_workflow resumes it).",
     )
-    async def cancel_run(run_id: RunIdArg) -> Annotated[CallToolResult, RunView]:
+    async def cancel_run(run_id: RunIdArg, ctx: Context) -> Annotated[CallToolResult, RunView]:
         with tool_errors():
+            for_apps(ctx, "cancel_run")
             return run_view(await access(service).cancel(run_id))
 
     return apps
+
+
+def for_apps(ctx: Context, tool: str) -> None:
+    """App-only tools answer only clients that render the app (others never see them listed)."""
+    if not client_supports_apps(ctx):
+        raise RequestError(
+            f"{tool} serves the run view of MCP Apps hosts; this client did not negotiate {APP_MIME_TYPE}"
+        )
 
 
 async def ui_gate(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     """Middleware: a client that did not negotiate MCP Apps gets what it got before the app existed."""
     if client_supports_apps(ctx):
         return await call_next(ctx)
-    if ctx.method == "tools/call" and (ctx.params or {}).get("name") in APP_ONLY_TOOLS:
-        name = (ctx.params or {})["name"]
-        text = f"{name} serves the run view of MCP Apps hosts; this client did not negotiate {APP_MIME_TYPE}"
-        return {"content": [{"type": "text", "text": text}], "isError": True}
     result = await call_next(ctx)
     if not isinstance(result, dict):
         return result
