@@ -268,10 +268,8 @@ def for_apps(ctx: Context, tool: str) -> None:
 
 async def ui_gate(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     """Middleware: a client that did not negotiate MCP Apps gets what it got before the app existed."""
-    if client_supports_apps(ctx):
-        return await call_next(ctx)
     result = await call_next(ctx)
-    if not isinstance(result, dict):
+    if client_supports_apps(ctx) or not isinstance(result, dict):
         return result
     return without_ui(ctx.method, result)
 
