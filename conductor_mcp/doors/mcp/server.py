@@ -40,6 +40,7 @@ from conductor_mcp.core.request import (
 )
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.http.principals import access
+from conductor_mcp.doors.mcp.app import UI_META, apps_extension, ui_gate
 from conductor_mcp.doors.mcp.results import (
     Detail,
     PlanResult,
@@ -172,7 +173,8 @@ def build_server(service: Service, links: Links | None = None) -> MCPServer:
         version=__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
-        extensions=[TasksExtension(service, links)],
+        extensions=[TasksExtension(service, links), apps_extension(service, conductor_errors)],
+        middleware=[ui_gate],
     )
     door = Door(service, links)
     _register_orchestrate(server, door)
@@ -191,6 +193,7 @@ async def serve_stdio(service: Service) -> None:
 
 def _register_orchestrate(server: MCPServer, door: Door) -> None:
     @server.tool(
+        meta=UI_META,
         title="Orchestrate a team of LLMs",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
         description="Solve a hard task with a team of LLMs: a conductor plans a short workflow over the pool's "
@@ -267,6 +270,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
             return plan_result(run, service.run_pool(run), service.estimate(run))
 
     @server.tool(
+        meta=UI_META,
         title="Continue, resume or correct a run",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True),
         description="Continue a run: collect a run still going (waits up to wait_seconds), resume an interrupted "
@@ -316,6 +320,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
     @server.resource(
         "conductor://runs/{run_id}",
         mime_type="application/json",
+        meta=UI_META,
         description="The full transcript of a run: workflow, conductor output, every step's record, totals.",
     )
     def run_resource(run_id: str) -> str:
