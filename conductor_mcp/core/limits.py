@@ -196,6 +196,10 @@ METADATA_VALUE_CHARS = 512  # OpenAI's limit on a metadata value
 MAX_CONTENT_CHARS = 32_000  # of one span attribute holding prompt or answer text (opt-in)
 MAX_ERROR_CHARS = 500  # of an error's text in a span's status (opt-in)
 
+# doors/mcp/app.py
+APP_WAIT_S = 30.0  # one wait for a change stays well below every host's tool-call timeout
+APP_TEXT_CHARS = 20_000  # per output, answer, instruction or task shown; the whole is a resources/read away
+
 
 def max_calls(steps: int) -> int:
     """The call cap of a run allowed `steps` steps: it bounds recursion and re-planning, not the workflow."""

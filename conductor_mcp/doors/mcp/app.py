@@ -36,6 +36,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from conductor_mcp.core.events import ProgressEvent
+from conductor_mcp.core.limits import APP_TEXT_CHARS, APP_WAIT_S
 from conductor_mcp.core.records import Run, RunStatus, StepRecord
 from conductor_mcp.core.usage import Totals
 from conductor_mcp.doors.http.principals import access
@@ -50,8 +51,6 @@ UI_META: dict[str, Any] = {"ui": {"resourceUri": APP_URI}}
 APP_ONLY_TOOLS = frozenset({"run_view", "cancel_run"})
 HTML_PATH = Path(__file__).with_name("app") / "run_view.html"
 CSP_PLACEHOLDER = "CONTENT_SECURITY_POLICY"
-MAX_WAIT_S = 30.0  # one wait for a change stays well below every host's tool-call timeout
-TEXT_CHARS = 20_000  # per output, answer, instruction or task shown; the whole is a resources/read away
 
 RunIdArg = Annotated[str, Field(min_length=1, max_length=64, description="A run id.")]
 
@@ -78,7 +77,7 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-def _cut(text: str | None, limit: int = TEXT_CHARS) -> str:
+def _cut(text: str | None, limit: int = APP_TEXT_CHARS) -> str:
     text = text or ""
     return text if len(text) <= limit else f"{text[:limit]}\n[... {len(text) - limit} more characters]"
 
@@ -237,7 +236,7 @@ def apps_extension(service: Service, tool_errors: Callable[[], AbstractContextMa
         run_id: RunIdArg,
         ctx: Context,
         seen: Annotated[str | None, Field(max_length=64, description="the version last drawn")] = None,
-        wait_seconds: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="longest wait for a change")] = 0,
+        wait_seconds: Annotated[float, Field(ge=0, le=APP_WAIT_S, description="longest wait for a change")] = 0,
     ) -> Annotated[CallToolResult, RunView]:
         with tool_errors():
             for_apps(ctx, "run_view")
