@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from conductor_mcp.cli_serve import serve, view
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.logs import configure_logging
-from conductor_mcp.runtime import prefer_bundled_price_map, run_async
+from conductor_mcp.runtime import prefer_bundled_price_map, run_async, skip_final_collections
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
@@ -152,11 +153,12 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
                 result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
             else:
                 result = await service.plan(request)
+            # The answer is out before anything closes: the user reads it while the process winds down.
+            _say(result.model_dump_json(indent=2) if args.json else to_markdown(result), flush=True)
+            if clock:
+                _say(clock.summary(), file=sys.stderr, flush=True)
         finally:
             await close_clients()  # litellm's sessions, closed on their loop: the process ends next
-    _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
-    if clock:
-        _say(clock.summary(), file=sys.stderr)
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
@@ -278,6 +280,7 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     prefer_bundled_price_map()  # before any command imports litellm
+    atexit.register(skip_final_collections)  # first registered, so it runs last: after every other exit hook
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env(state_dir=args.state_dir, log_level=args.log_level)
