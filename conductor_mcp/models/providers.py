@@ -349,7 +349,7 @@ class Providers:
             request["stop"] = completion_stops(request.get("stop"))
             request.pop("response_format", None)
             request.pop("tools", None)  # a base model continues text: it cannot call tools
-        direct = spec.prompt_style == "chat" and openai_http.eligible(request)
+        direct = openai_http.eligible(request)
         call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
         for attempt in range(spec.max_retries + 1):
             started, sent_at = time.perf_counter(), now("microseconds")  # spans of calls nest in their step's
