@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-usd", type=float, help="stop before a call that would exceed this cost in USD")
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.add_argument(
+        "--verbose", action="store_true", help="say where the time went: start-up, model server, tokens, ours"
+    )
+    run.add_argument(
         "--self-correct", action="store_true", default=None, help="give the conductor one recursive look at the end"
     )
     task_command("plan", "write the workflow for a task without running it (stored as a planned run)")
@@ -132,7 +135,30 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
     return task, context, metadata
 
 
+def _prestart_local_models(args: argparse.Namespace, settings: Settings) -> None:
+    """Start the servers of the pool's embedded models before the run's imports, which they overlap: on a 2-core
+    machine loading the model and importing the engine each take a core. A pool that does not load is left to
+    the run, which says what is wrong with it."""
+    from conductor_mcp.errors import PoolError
+    from conductor_mcp.models import local
+    from conductor_mcp.pools import default_pool, load_pool
+
+    directories = list(settings.pool_dirs)
+    try:
+        pool = load_pool(args.pool or settings.pool or default_pool(directories), directories)
+    except PoolError:
+        return
+    for name in sorted({spec.model.removeprefix(local.PREFIX) for spec in pool.specs() if local.is_local(spec.model)}):
+        local.servers(settings.state_dir).prestart(name)
+
+
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
+    breakdown = None
+    if getattr(args, "verbose", False):  # before the run's imports, which it times
+        from conductor_mcp.cli_breakdown import Breakdown
+
+        breakdown = Breakdown(settings.state_dir)
+    _prestart_local_models(args, settings)
     from conductor_mcp.context_files import workspace_in_roots
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
@@ -140,6 +166,8 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.models.providers import close_clients
     from conductor_mcp.service import Service
 
+    if breakdown:
+        breakdown.imported()
     task, context, metadata = _read_task(args)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
     if args.workspace is not None:
@@ -157,6 +185,8 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
             _say(result.model_dump_json(indent=2) if args.json else to_markdown(result), flush=True)
             if clock:
                 _say(clock.summary(), file=sys.stderr, flush=True)
+            for line in breakdown.lines() if breakdown else []:
+                _say(line, file=sys.stderr, flush=True)
         finally:
             await close_clients()  # litellm's sessions, closed on their loop: the process ends next
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK

