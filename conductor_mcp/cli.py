@@ -59,9 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens", type=int, help="stop before a call that would exceed this many tokens")
     run.add_argument("--max-usd", type=float, help="stop before a call that would exceed this cost in USD")
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    run.add_argument(
-        "--verbose", action="store_true", help="say where the time went: start-up, model server, tokens, ours"
-    )
+    run.add_argument("--verbose", action="store_true", help="say where the time went: start-up, model, tokens, ours")
     run.add_argument(
         "--self-correct", action="store_true", default=None, help="give the conductor one recursive look at the end"
     )

