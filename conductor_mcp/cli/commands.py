@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from conductor_mcp.cli.serve import serve, view
 from conductor_mcp.config import Settings
 from conductor_mcp.errors import ConductorError, RequestError
 from conductor_mcp.runtime.logs import configure_logging
-from conductor_mcp.runtime.loop import prefer_bundled_price_map, run_async
+from conductor_mcp.runtime.loop import prefer_bundled_price_map, run_async, skip_final_collections
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 PRUNABLE = ("planned", "done", "failed", "interrupted", "cancelled")  # never "running"
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens", type=int, help="stop before a call that would exceed this many tokens")
     run.add_argument("--max-usd", type=float, help="stop before a call that would exceed this cost in USD")
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument("--verbose", action="store_true", help="say where the time went: start-up, model, tokens, ours")
     run.add_argument(
         "--self-correct", action="store_true", default=None, help="give the conductor one recursive look at the end"
     )
@@ -134,6 +136,14 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
+    breakdown = None
+    if getattr(args, "verbose", False):  # before the run's imports, which it times
+        from conductor_mcp.service.breakdown import Breakdown
+
+        breakdown = Breakdown(settings.state_dir)
+    from conductor_mcp.service.upkeep import prestart_embedded_models
+
+    prestart_embedded_models(args.pool, settings)
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
     from conductor_mcp.doors.render import to_markdown
@@ -141,6 +151,8 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.service.files import workspace_in_roots
     from conductor_mcp.service.service import Service
 
+    if breakdown:
+        breakdown.imported()
     task, context, metadata = _read_task(args)
     request = RunRequest.of(task=task, pool=args.pool, max_steps=args.max_steps, context=context, metadata=metadata)
     if args.workspace is not None:
@@ -154,11 +166,14 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
                 result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
             else:
                 result = await service.plan(request)
+            # The answer is out before anything closes: the user reads it while the process winds down.
+            _say(result.model_dump_json(indent=2) if args.json else to_markdown(result), flush=True)
+            if clock:
+                _say(clock.summary(), file=sys.stderr, flush=True)
+            for line in breakdown.lines() if breakdown else []:
+                _say(line, file=sys.stderr, flush=True)
         finally:
             await close_clients()  # litellm's sessions, closed on their loop: the process ends next
-    _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
-    if clock:
-        _say(clock.summary(), file=sys.stderr)
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 
@@ -282,6 +297,7 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     prefer_bundled_price_map()  # before any command imports litellm
+    atexit.register(skip_final_collections)  # first registered, so it runs last: after every other exit hook
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env(state_dir=args.state_dir, log_level=args.log_level)

@@ -134,7 +134,7 @@ STDERR_IN_ERROR_CHARS = 1500
 # models/local.py
 LOCAL_STARTUP_TIMEOUT_S = 90.0
 LOCAL_EXIT_WAIT_S = 3.0  # how long a server that stopped answering gets to finish dying before it is called alive
-LOCAL_CONTEXT_TOKENS = 4096
+LOCAL_CONTEXT_TOKENS = 4096  # each slot's
 
 # models/local_exit.py
 TAIL_LINES = 5
@@ -199,6 +199,12 @@ MAX_ERROR_CHARS = 500  # of an error's text in a span's status (opt-in)
 # doors/mcp/app.py
 APP_WAIT_S = 30.0  # one wait for a change stays well below every host's tool-call timeout
 APP_TEXT_CHARS = 20_000  # per output, answer, instruction or task shown; the whole is a resources/read away
+
+# models/local_runtime.py
+LOCAL_SLOTS = 2  # local.CONDUCTOR_SLOT and local.WORKER_SLOT
+
+# models/local_slots.py
+SLOT_IO_TIMEOUT_S = 10.0  # saving or restoring the conductor's slot: 12-15 MB on local disk
 
 
 def max_calls(steps: int) -> int:

@@ -5,13 +5,20 @@ see local_runtime.py), later calls reuse it, and it stops when the process exits
 starts a resident one that outlives the command (its port and pid are kept in the state directory) and every
 later process reuses it. A server that dies is diagnosed (local_exit.py), never retried against blindly.
 The model is a small base model: a real answer path with no keys and no GPU, not a strong one.
+
+The conductor's prompt starts with the pool's byte-identical prefix, so its calls are pinned to a slot of their
+own (workers to the other), where llama.cpp keeps that prefix evaluated from one call to the next. The slot is
+saved to the state directory when a server stops and restored when the next one starts, so a new server does not
+evaluate the prefix again either (~240 tokens: 1.3-2.5 s on one core).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -19,15 +26,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from conductor_mcp.core.limits import LOCAL_CONTEXT_TOKENS, LOCAL_EXIT_WAIT_S, LOCAL_STARTUP_TIMEOUT_S
+from conductor_mcp.core.limits import LOCAL_CONTEXT_TOKENS, LOCAL_EXIT_WAIT_S, LOCAL_SLOTS, LOCAL_STARTUP_TIMEOUT_S
 from conductor_mcp.errors import LocalModelError
+from conductor_mcp.models import local_slots
 from conductor_mcp.models.local_exit import exit_diagnosis, gone_diagnosis, is_deterministic
 from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.runtime.private import open_private, private_dir, write_private
@@ -44,8 +54,10 @@ def is_local(model: str) -> bool:
     return model.startswith(PREFIX)
 
 
+@functools.cache
 def model_file(name: str) -> Path:
-    """The GGUF file of a known local model, assembled from its registry package on first use."""
+    """The GGUF file of a known local model, assembled from its registry package on first use. Once per process:
+    the package checks the sha256 of its chunks and of the file (~490 MB read) on every call."""
     if name != DEFAULT_MODEL:
         raise LocalModelError(f"unknown local model {name!r}; known: {DEFAULT_MODEL}")
     try:
@@ -91,10 +103,15 @@ class Running:
     port: int
     pid: int
     resident: bool
+    slots: int = 1  # a resident server started before slots were pinned has one
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.root}/v1"
 
 
 class LocalServers:
@@ -110,6 +127,8 @@ class LocalServers:
         self._managed: dict[str, tuple[Running, subprocess.Popen[bytes]]] = {}
         self._crashed: dict[str, str] = {}  # deaths a restart would repeat, by model: their diagnosis
         self._locks: dict[str, asyncio.Lock] = {}
+        self.starts: dict[str, tuple[float, float]] = {}  # perf_counter when each managed server started, answered
+        self._starting: dict[str, concurrent.futures.Future[tuple[Running, subprocess.Popen[bytes]] | None]] = {}
         atexit.register(self.stop_managed)
 
     def _state_file(self, name: str) -> Path:
@@ -118,17 +137,53 @@ class LocalServers:
     def log_file(self, name: str) -> Path:
         return self.directory / f"{name}.log"
 
+    def slot_file(self, name: str) -> str:
+        """The conductor slot's file name in the slots directory, for this model file as it is now: a state saved
+        from another build of the model would restore silently and answer wrongly."""
+        model = model_file(name).stat()
+        return f"{name}-{model.st_size}-{model.st_mtime_ns}.bin"
+
     def resident(self, name: str) -> Running | None:
         """A resident server started by `local up`, if it is still healthy."""
         try:
             data = json.loads(self._state_file(name).read_text())
-            running = Running(name, int(data["port"]), int(data["pid"]), resident=True)
+            running = Running(name, int(data["port"]), int(data["pid"]), True, int(data.get("slots", 1)))
         except (OSError, ValueError, KeyError):
             return None
         return running if healthy(running.base_url) else None
 
     async def ensure(self, name: str) -> str:
-        """The base URL of a healthy server for `name`, starting a managed one if none runs.
+        """The base URL of a healthy server for `name`, starting a managed one if none runs."""
+        return (await self._ensure(name)).base_url
+
+    async def served(self, name: str, params: dict[str, Any], conductor: bool) -> tuple[str, dict[str, Any]]:
+        """Where to call `name`, and the call's params pinned to its family's slot where the server has one:
+        the conductor's slot then holds only its prompts, so their shared prefix stays evaluated."""
+        running = await self._ensure(name)
+        if running.slots < LOCAL_SLOTS:
+            return running.base_url, params
+        slot = local_slots.CONDUCTOR_SLOT if conductor else local_slots.WORKER_SLOT
+        return running.base_url, {**params, "extra_body": {**(params.get("extra_body") or {}), "id_slot": slot}}
+
+    def prestart(self, name: str) -> None:
+        """Start a managed server for `name` in the background now, unless a resident one runs, so that loading
+        the model overlaps the caller's own start-up (a command's imports) on another core; the first call
+        waits for it."""
+        if name in self._starting or name in self._managed:
+            return
+        future: concurrent.futures.Future[tuple[Running, subprocess.Popen[bytes]] | None] = concurrent.futures.Future()
+
+        def start() -> None:
+            try:
+                future.set_result(None if self.resident(name) else self._spawn(name, False))
+            except BaseException as exc:  # handed to the first call, which raises it as ensure would have
+                future.set_exception(exc)
+
+        threading.Thread(target=start, name=f"start-{name}", daemon=True).start()
+        self._starting[name] = future
+
+    async def _ensure(self, name: str) -> Running:
+        """A healthy server for `name`, starting a managed one if none runs.
 
         A managed server that died is started again, unless its death would repeat (an illegal instruction):
         then the diagnosis is raised each time, so no caller keeps retrying a server that cannot run here.
@@ -137,17 +192,25 @@ class LocalServers:
         async with lock:
             if name in self._crashed:
                 raise LocalModelError(self._crashed[name])
+            starting = self._starting.pop(name, None)
+            if starting is not None and (started := await asyncio.wrap_future(starting)) is not None:
+                self._managed[name] = started
             managed = self._managed.get(name)
             if managed and managed[1].poll() is None:
-                return managed[0].base_url
+                return managed[0]
             if managed:
                 log.warning("local_server_restarted", model=name, was=self._diagnose_exit(name, managed[1]))
             resident = await asyncio.to_thread(self.resident, name)
             if resident:
-                return resident.base_url
+                return resident
             running, process = await asyncio.to_thread(self._spawn, name, False)
             self._managed[name] = (running, process)
-            return running.base_url
+            return running
+
+    def running(self, name: str) -> Running | None:
+        """The server this process would call for `name` now (managed, else resident), if one runs."""
+        managed = self._managed.get(name)
+        return managed[0] if managed and managed[1].poll() is None else self.resident(name)
 
     async def death(self, name: str) -> str | None:
         """Why the server for `name` stopped answering, if it is dead; None while it lives.
@@ -187,20 +250,24 @@ class LocalServers:
             "--alias": name,
             "--port": str(port),
             "--ctx": str(LOCAL_CONTEXT_TOKENS),
+            "--slots": str(self.directory / "slots"),
         }
         command = [*self.runtime_command, *(part for option in options.items() for part in option)]
         return command if resident else [*command, "--parent-pid", str(os.getpid())]
 
     def _spawn(self, name: str, resident: bool) -> tuple[Running, subprocess.Popen[bytes]]:
+        """Start a server and wait until it answers, with the conductor's slot restored where one was saved."""
+        started = time.perf_counter()
         private_dir(self.directory.parent)
         private_dir(self.directory)
+        private_dir(self.directory / "slots")
         port = free_port()
         command = self._command(name, port, resident)
         with open_private(self.log_file(name), "a") as log_file:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=resident
             )
-        running = Running(name, port, process.pid, resident)
+        running = Running(name, port, process.pid, resident, LOCAL_SLOTS)
         deadline = time.monotonic() + LOCAL_STARTUP_TIMEOUT_S
         while not healthy(running.base_url, timeout_s=1.0):
             if process.poll() is not None:
@@ -210,6 +277,8 @@ class LocalServers:
                 process.wait()
                 raise LocalModelError(f"the local {name} server did not answer within {LOCAL_STARTUP_TIMEOUT_S:.0f}s")
             time.sleep(0.2)
+        local_slots.restore(running.root, self.directory / "slots", self.slot_file(name))
+        self.starts[name] = (started, time.perf_counter())
         log.info("local_server_started", model=name, port=port, pid=process.pid, resident=resident)
         return running, process
 
@@ -219,7 +288,8 @@ class LocalServers:
         if existing:
             return existing
         running, _ = self._spawn(name, resident=True)
-        write_private(self._state_file(name), json.dumps({"port": running.port, "pid": running.pid}))
+        state = {"port": running.port, "pid": running.pid, "slots": running.slots}
+        write_private(self._state_file(name), json.dumps(state))
         return running
 
     def smoke_test(self, name: str) -> str:
@@ -232,12 +302,11 @@ class LocalServers:
             self._managed[name] = (running, process)
         ready = time.perf_counter() - started
         body = {"model": name, "prompt": "Question: What is 1 + 1?\nAnswer:", "max_tokens": 1, "temperature": 0}
-        request = urllib.request.Request(
-            f"{running.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
+        if running.slots >= LOCAL_SLOTS:
+            body["id_slot"] = local_slots.WORKER_SLOT  # not the conductor's: its prefix stays cached
         try:
-            with urllib.request.urlopen(request, timeout=LOCAL_STARTUP_TIMEOUT_S) as response:
-                tokens = json.load(response)["usage"]["completion_tokens"]
+            answer = local_slots.post(f"{running.base_url}/completions", body, LOCAL_STARTUP_TIMEOUT_S)
+            tokens = answer["usage"]["completion_tokens"]
         except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
             raise LocalModelError(
                 self._death(name) or f"the {name} server failed a one-token completion: {exc}"
@@ -252,14 +321,20 @@ class LocalServers:
             self._state_file(name).unlink()
         if running is None:
             return False
+        self._save_slot(running)
         with contextlib.suppress(ProcessLookupError):
             os.kill(running.pid, signal.SIGTERM)
         return True
 
+    def _save_slot(self, running: Running) -> None:
+        if running.slots >= LOCAL_SLOTS:  # a server with one slot (started by an older release) has no conductor's own
+            local_slots.save(running.root, self.directory / "slots", self.slot_file(running.name))
+
     def stop_managed(self) -> None:
-        """Stop the servers this process started (resident ones stay)."""
-        for _, process in self._managed.values():
+        """Stop the servers this process started (resident ones stay), each saving its conductor's slot first."""
+        for running, process in self._managed.values():
             if process.poll() is None:
+                self._save_slot(running)
                 process.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=5)

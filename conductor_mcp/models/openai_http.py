@@ -7,8 +7,10 @@ POST and JSON parse costs 0.1-0.16 ms, httpx 0.6-0.8 ms, `litellm.acompletion` o
 prices the model, a pydantic response. None of that is configurable away, and a run makes ~4.5 calls, so this
 path sends the request litellm would send (the same body, headers and key) and answers with what `Providers` reads
 from litellm's (choices, usage), raising litellm's own exception classes for the same HTTP statuses, so retries,
-fallbacks, attempts and redaction stay as they are. A call this path does not know how to make exactly as litellm
-would (other providers, tools, litellm-only params such as `mock_response`, base-model completions) goes to litellm.
+fallbacks, attempts and redaction stay as they are. Base-model text completions (`prompt` for `messages`) go to
+`/completions` the same way: the embedded model's workers are all such calls, and with them on this path a run on
+the local pool makes no litellm call at all. A call this path does not know how to make exactly as litellm would
+(other providers, tools, litellm-only params such as `mock_response`) goes to litellm.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ PASSED_THROUGH = frozenset(
         "extra_body",
     }
 )
-# What Providers puts in litellm's arguments that is not part of the body.
-CALL_FIELDS = frozenset({"model", "messages", "api_base", "api_key", "timeout"})
+# What Providers puts in litellm's arguments that is not part of the body; a call has `messages` (chat) or
+# `prompt` (a base model's text completion).
+CALL_FIELDS = frozenset({"model", "messages", "prompt", "api_base", "api_key", "timeout"})
 PRICE_FIELDS = frozenset({"input_cost_per_token", "output_cost_per_token"})
 # HTTP status -> (litellm's exception class, the prefix litellm's message carries), as litellm maps them.
 _BY_STATUS: dict[int, tuple[Callable[..., Exception], str]] = {
@@ -69,16 +72,20 @@ _BY_STATUS: dict[int, tuple[Callable[..., Exception], str]] = {
 
 
 def eligible(request: dict[str, Any]) -> bool:
-    """Whether the litellm arguments `request` describe a chat call this path makes exactly as litellm would."""
+    """Whether the litellm arguments `request` describe a chat or text completion this path makes exactly as
+    litellm would."""
     if not str(request.get("model", "")).startswith(PREFIX) or not request.get("api_base"):
         return False
-    return set(request) - CALL_FIELDS - PRICE_FIELDS <= PASSED_THROUGH
+    return ("messages" in request) != ("prompt" in request) and set(
+        request
+    ) - CALL_FIELDS - PRICE_FIELDS <= PASSED_THROUGH
 
 
 def body_of(request: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body litellm sends for these arguments: the model's served name, the messages, the parameters,
-    `extra_body`'s fields merged in."""
-    body: dict[str, Any] = {"model": request["model"].removeprefix(PREFIX), "messages": request["messages"]}
+    """The JSON body litellm sends for these arguments: the model's served name, the messages (or the prompt),
+    the parameters, `extra_body`'s fields merged in."""
+    text = "prompt" if "prompt" in request else "messages"
+    body: dict[str, Any] = {"model": request["model"].removeprefix(PREFIX), text: request[text]}
     for key, value in request.items():
         if key in PASSED_THROUGH and key != "extra_body":
             body[key] = value
@@ -128,9 +135,10 @@ class OpenAIHttp:
         return self._session
 
     async def chat(self, request: dict[str, Any]) -> Any:
-        """POST one chat completion; litellm's exception classes for what fails (so Providers retries the same)."""
+        """POST one chat completion, or a text completion where the request has a `prompt`; litellm's exception
+        classes for what fails (so Providers retries the same)."""
         model = request["model"]
-        url = f"{request['api_base'].rstrip('/')}/chat/completions"
+        url = f"{request['api_base'].rstrip('/')}/{'completions' if 'prompt' in request else 'chat/completions'}"
         headers = {"authorization": f"Bearer {request.get('api_key') or NO_KEY}"}
         data = json.dumps(body_of(request)).encode()
         timeout = aiohttp.ClientTimeout(total=request["timeout"])

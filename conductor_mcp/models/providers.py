@@ -25,7 +25,7 @@ from litellm import exceptions
 from conductor_mcp.config import Settings, environment_value
 from conductor_mcp.core.host_model import HOST_MODEL, NO_HOST, HostModel
 from conductor_mcp.core.limits import BACKOFF_MAX_S, DEFAULT_CONCURRENCY
-from conductor_mcp.core.pool import ModelSpec, WorkerSpec
+from conductor_mcp.core.pool import ConductorSpec, ModelSpec, WorkerSpec
 from conductor_mcp.core.records import Attempt, now
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import HostDeclined, HostUnavailable, LocalModelError, MalformedResponse, ProviderError
@@ -322,8 +322,8 @@ class Providers:
         if not local.is_local(spec.model):
             return spec
         name = spec.model.removeprefix(local.PREFIX)
-        base_url = await self.local.ensure(name)
-        return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url})
+        base_url, params = await self.local.served(name, spec.params, conductor=isinstance(spec, ConductorSpec))
+        return spec.model_copy(update={"model": f"hosted_vllm/{name}", "api_base": base_url, "params": params})
 
     async def _local_death(self, spec: ModelSpec) -> str | None:
         """Why a `local/<name>` model's server died, after a failed call to it; None for other models."""
@@ -348,7 +348,7 @@ class Providers:
             request["stop"] = completion_stops(request.get("stop"))
             request.pop("response_format", None)
             request.pop("tools", None)  # a base model continues text: it cannot call tools
-        direct = spec.prompt_style == "chat" and openai_http.eligible(request)
+        direct = openai_http.eligible(request)
         call = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
         for attempt in range(spec.max_retries + 1):
             started, sent_at = time.perf_counter(), now("microseconds")  # spans of calls nest in their step's
@@ -394,5 +394,6 @@ async def close_clients() -> None:
     await close_litellm_async_clients()
     # litellm's cache cleanup reaches only the clients in its cache; its text-completion path (base-model workers,
     # now that chat calls take the direct path) holds its transport's session outside it, so those are found here.
-    for transport in [o for o in gc.get_objects() if isinstance(o, LiteLLMAiohttpTransport)]:
+    # type(), not isinstance(): on the openai SDK's lazy module proxies isinstance imports 1,130 modules (1.3-4 s)
+    for transport in [o for o in gc.get_objects() if issubclass(type(o), LiteLLMAiohttpTransport)]:
         await transport.aclose()

@@ -8,9 +8,11 @@ import datetime as dt
 from pathlib import Path
 
 from conductor_mcp.config import Settings
+from conductor_mcp.errors import PoolError
 from conductor_mcp.models import local
 from conductor_mcp.runs.backends import open_store, store_info
 from conductor_mcp.runs.store import Pruned, StoreInfo
+from conductor_mcp.service.catalogue import default_pool, load_pool
 
 
 def describe_store(settings: Settings) -> StoreInfo:
@@ -39,3 +41,16 @@ def embedded_model_report(state_dir: Path) -> tuple[bool, str | None]:
 def manage_embedded_model(action: str, model: str, state_dir: Path) -> str:
     """`local up | down | status`: the embedded model's resident server."""
     return local.manage(action, model, state_dir)
+
+
+def prestart_embedded_models(pool_name: str | None, settings: Settings) -> None:
+    """Start the servers of the pool's embedded models before a run's imports, which they overlap: on a 2-core
+    machine loading the model and importing the engine each take a core. A pool that does not load is left to
+    the run, which says what is wrong with it."""
+    directories = list(settings.pool_dirs)
+    try:
+        pool = load_pool(pool_name or settings.pool or default_pool(directories), directories)
+    except PoolError:
+        return
+    for name in sorted({spec.model.removeprefix(local.PREFIX) for spec in pool.specs() if local.is_local(spec.model)}):
+        local.servers(settings.state_dir).prestart(name)

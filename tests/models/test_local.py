@@ -21,7 +21,7 @@ from mcp.client import Client
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.prompts import worker_messages
 from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
-from conductor_mcp.models import local
+from conductor_mcp.models import local, local_slots
 from conductor_mcp.models.completion import completion_prompt
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.service.catalogue import load_pool
@@ -68,11 +68,56 @@ async def test_resident_server_is_reused(state: Path, shared_state) -> None:
 
 
 def test_resident_server_files_are_private(state: Path) -> None:
-    """The server's port, pid and log (which may quote prompts) are readable by their owner only."""
-    files = list((state / "local").iterdir())
+    """The server's port, pid and log (which may quote prompts) and its saved slots (their KV cache) are readable
+    by their owner only."""
+    files = [p for p in (state / "local").iterdir() if p.is_file()]
     assert {p.suffix for p in files} == {".json", ".log"}
-    assert stat.S_IMODE(state.stat().st_mode) == stat.S_IMODE((state / "local").stat().st_mode) == 0o700
+    directories = [state, state / "local", state / "local" / "slots"]
+    assert {stat.S_IMODE(d.stat().st_mode) for d in directories} == {0o700}
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
+
+
+async def _evaluated(state: Path, task: str) -> tuple[float, float]:
+    """One run of `task` on the local pool: the prompt tokens llama.cpp evaluated during it (read from its
+    /metrics), and the prompt tokens the run's calls sent."""
+    registry = local.servers(state)
+    running = registry.running(local.DEFAULT_MODEL)
+    before = (local_slots.counters(running.root) if running else None) or {}
+    async with Service.open(Settings.from_env(state_dir=state)) as service:
+        run = await orchestrate(service, task, pool="local")
+    assert run.status == "done", run.error
+    running = registry.running(local.DEFAULT_MODEL)
+    after = local_slots.counters(running.root) if running else None
+    assert after is not None, "the server serves no llama.cpp counters"
+    sent = sum(c.prompt_tokens for c in run.conductor_calls) + sum(s.prompt_tokens for s in run.steps)
+    return after["prompt_tokens_total"] - before.get("prompt_tokens_total", 0.0), sent
+
+
+async def test_a_second_run_on_a_resident_server_evaluates_only_the_tasks_tokens(tmp_path: Path) -> None:
+    """The conductor's prompt opens with the pool's byte-identical prefix (~240 tokens of ~270): against a
+    resident server, a second run with another task evaluates little more than its own task's tokens."""
+    registry = local.LocalServers(tmp_path)
+    registry.up(local.DEFAULT_MODEL)
+    try:
+        first, sent = await _evaluated(tmp_path, "What is the capital of France?")
+        second, _ = await _evaluated(tmp_path, "Name the largest planet.")
+    finally:
+        registry.down(local.DEFAULT_MODEL)
+    assert first > 200 and second < first / 2, (first, second, sent)
+
+
+async def test_a_new_server_starts_with_the_conductors_prefix_restored(tmp_path: Path) -> None:
+    """The conductor's slot is saved when a server stops and restored when the next starts: a cold run (the
+    command starts the server) after another evaluates the prefix no more."""
+    registry = local.servers(tmp_path)
+    first, _ = await _evaluated(tmp_path, "What is the capital of France?")
+    registry.stop_managed()
+    second, _ = await _evaluated(tmp_path, "Name the largest planet.")
+    registry.stop_managed()
+    assert list((tmp_path / "local" / "slots").iterdir()) == [
+        tmp_path / "local" / "slots" / registry.slot_file(local.DEFAULT_MODEL)
+    ]
+    assert first > 200 and second < first / 2, (first, second)
 
 
 async def test_plan_with_constrained_decoding(state: Path) -> None:

@@ -97,3 +97,15 @@ def test_other_ends_are_named_without_the_sigill_advice(tmp_path: Path) -> None:
     assert "exited with status 1" in status and "failed to load model" in status and REINSTALL not in status
     killed = exit_diagnosis("gemma3-270m", -signal.SIGKILL, log)
     assert "killed by SIGKILL" in killed and "out-of-memory" in killed
+
+
+async def test_a_prestarted_server_is_the_one_the_first_call_gets(tmp_path: Path) -> None:
+    """`run` starts the pool's local servers before its imports; the first call waits for that start and uses
+    that server, never a second one."""
+    servers, _ = crashing_servers(tmp_path)
+    servers.prestart(local.DEFAULT_MODEL)
+    servers.prestart(local.DEFAULT_MODEL)  # once per name
+    url = await servers.ensure(local.DEFAULT_MODEL)
+    assert local.healthy(url) and await servers.ensure(local.DEFAULT_MODEL) == url
+    servers.stop_managed()
+    assert starts(servers) == 1

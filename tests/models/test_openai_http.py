@@ -17,8 +17,10 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.core.pool import ModelSpec
 from conductor_mcp.models import openai_http, providers
+from conductor_mcp.models.completion import completion_prompt, completion_stops
 
 SEEN: list[tuple[dict[str, str], dict[str, Any]]] = []
+SEEN_PATHS: list[str] = []
 
 
 class Capture(BaseHTTPRequestHandler):
@@ -27,14 +29,17 @@ class Capture(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         SEEN.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        SEEN_PATHS.append(self.path)
         status = int(body["model"].split("-", 1)[1]) if body["model"].startswith("status-") else 200
         message = {"role": "assistant", "content": "ANSWER: 42"}
+        text = not self.path.endswith("/chat/completions")  # a base model's text completion
+        choice = {"text": " ANSWER: 42\nQuestion: next"} if text else {"message": message}
         answer = {
             "id": "c",
-            "object": "chat.completion",
+            "object": "text_completion" if text else "chat.completion",
             "created": 1,
             "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "length", "message": message}],
+            "choices": [{"index": 0, "finish_reason": "length", **choice}],
             "usage": {"prompt_tokens": 31, "completion_tokens": 7, "total_tokens": 38},
         }
         out = json.dumps(answer if status == 200 else {"error": {"message": f"refused with {status}"}}).encode()
@@ -92,6 +97,28 @@ async def test_a_call_sends_the_body_and_key_litellm_sends_and_reads_the_same_us
     assert done.cost_usd == pytest.approx(reference._hidden_params["response_cost"])
     assert done.finish_reason == reference.choices[0].finish_reason == "length"
     assert done.text == "ANSWER: 42"
+
+
+async def test_a_text_completion_sends_the_body_litellm_sends(base: str, tmp_path: Path) -> None:
+    """A base-model worker's call (`prompt_style: completion`, every worker of the local pool) takes the direct
+    path too, with litellm's body: the prompt, the params, extra_body merged; and every stop sequence, where
+    litellm keeps the first 4 (OpenAI's own limit, which llama.cpp and vLLM do not have)."""
+    spec = spec_at(base, prompt_style="completion")
+    request = providers.call_arguments(spec, MESSAGES, None)
+    request["prompt"] = completion_prompt(request.pop("messages"))
+    request["stop"] = completion_stops(request.get("stop"))
+    assert openai_http.eligible(request)
+    reference = await litellm.atext_completion(**request)
+    litellm_path, litellm_body = SEEN_PATHS[-1], SEEN[-1][1]
+    models = providers.Providers(Settings.from_env(state_dir=tmp_path))
+    done = await models.complete(spec, MESSAGES, label="w")
+    await models.aclose()
+    body = SEEN[-1][1]
+    assert SEEN_PATHS[-1] == litellm_path == "/v1/completions"
+    assert body["stop"] == request["stop"] and litellm_body["stop"] == request["stop"][:4] and len(request["stop"]) > 4
+    assert {**body, "stop": None} == {**litellm_body, "stop": None}
+    assert (done.prompt_tokens, done.completion_tokens) == (31, 7) == (reference.usage.prompt_tokens, 7)
+    assert done.text == "ANSWER: 42" and done.finish_reason == reference.choices[0].finish_reason == "length"
 
 
 async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_path: Path) -> None:

@@ -33,3 +33,23 @@ def test_settle_collector_freezes_start_up_and_still_frees_cycles_made_later() -
     assert state["frozen"] > 100_000  # litellm and pydantic alone are hundreds of thousands of objects
     assert state["threshold"][2] == state["every"] == 1000
     assert state["cycle_freed"]
+
+
+EXIT_PROBE = """
+import atexit, gc, json, sys
+# registered before the command's own hooks, so it runs after them: what the interpreter's last collections walk
+atexit.register(lambda: print(json.dumps({"left": len(gc.get_objects()), "frozen": gc.get_freeze_count()})))
+from conductor_mcp.cli.commands import main
+main(["--state-dir", sys.argv[1], "runs"])
+"""
+
+
+@pytest.mark.slow  # a probe process
+def test_a_command_leaves_its_last_collections_nothing_to_walk(tmp_path) -> None:
+    """The collections at interpreter exit walked every object imports made: `conductor-mcp run` lingered 5-7 s
+    after printing its answer on a busy machine. A command freezes them at exit."""
+    probe = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, str(tmp_path)], capture_output=True, text=True, check=True, timeout=120
+    )
+    seen = json.loads(probe.stdout.splitlines()[-1])
+    assert seen["frozen"] > 10_000 and seen["left"] < 100, seen
