@@ -19,7 +19,7 @@ from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import card, comparison, decisions, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
-from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
+from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set, rules_of
 from conductor_mcp.service.catalogue import load_pool
 from conductor_mcp.service.service import Service
 
@@ -102,7 +102,8 @@ async def judge(args: argparse.Namespace) -> dict[str, Any]:
             raise RequestError(f"{args.run}: held-out sub-pools differ from the ones its recipe draws")
     settings = Settings.from_env(state_dir=args.run / "judge-state", sim_time_scale=0.0)
     async with Service.open(settings) as service:
-        reward = WorkflowReward(service, MAX_STEPS, cost_weight=recipe.cost_weight)
+        scale = rules_of(recipe.sim_set).cost_scale_usd
+        reward = WorkflowReward(service, MAX_STEPS, cost_weight=recipe.cost_weight, cost_scale_usd=scale)
         run = Scoring(reward, args.concurrency, args.run / "judge-cache.jsonl")
         oracle = await choose_oracles(run, recipe, pool, args.oracle_tasks)
         rows = await held_out_rows(run, written, tasks, pools, oracle)
@@ -121,7 +122,7 @@ async def choose_oracles(run: Scoring, recipe: argparse.Namespace, pool: Pool, n
     """Each pattern on `n` training tasks and their training sub-pools; per class, the best pattern by reward and
     by accuracy (what an oracle that knows the rules and the odds would play)."""
     tasks = SIM_SETS[recipe.sim_set](n, recipe.seed, recipe.sim_domains)
-    pools = [subpools.training_pool(recipe, pool, i) for i in range(n)]
+    pools = [subpools.training_pool(recipe, pool, i, task) for i, task in enumerate(tasks)]
     scored: dict[str, list[dict[str, Any]]] = {}
     for name in comparison.PATTERNS:
         build = comparison.pattern(name)
