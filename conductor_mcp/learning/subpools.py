@@ -68,3 +68,14 @@ def _draw(args: argparse.Namespace, pool: Pool, task: dict[str, Any], seed: int 
         rng.shuffle(chosen)
     name = f"{pool.name}[k={args.subpool_k},seed={seed},{'with' if present else 'without'} specialist]"
     return pool.only(chosen, name, given_order=args.permute_ids)
+
+
+def shuffled_descriptions(pool: Pool, seed: str) -> Pool:
+    """The sub-pool with its workers' descriptions shuffled among them, none left in place (the judge's ablation:
+    a policy that reads descriptions is misled, one that ignores them is not); workers, order and ids unchanged."""
+    texts = [w.description for w in pool.workers]
+    rng, order = random.Random(f"shuffled:{seed}"), list(range(len(texts)))
+    while len(order) > 1 and any(i == j for i, j in enumerate(order)):
+        rng.shuffle(order)
+    workers = [w.model_copy(update={"description": texts[j]}) for w, j in zip(pool.workers, order, strict=True)]
+    return pool.model_copy(update={"name": f"{pool.name}[descriptions shuffled]", "workers": workers})
