@@ -140,7 +140,7 @@ class SetRules:
 COMPOSED_SETS = ("composed", "composed-v2")
 SIM_SETS = {"plain": task_set, "structured": structured_task_set, **dict.fromkeys(COMPOSED_SETS, composed_task_set)}
 SET_DOMAINS = {"plain": SIM_DOMAINS, "structured": SIM_DOMAINS, **dict.fromkeys(COMPOSED_SETS, COMPOSED_DOMAINS)}
-SET_RULES = {"composed-v2": SetRules(specialist_share=0.8, cost_scale_usd=0.04)}  # pool sim-composed-v2
+SET_RULES = {"composed-v2": SetRules(specialist_share=0.85, cost_scale_usd=0.04)}  # pool sim-composed-v2
 
 
 def rules_of(name: str | None) -> SetRules:

@@ -127,7 +127,7 @@ def test_v2_sub_pools_hold_the_tasks_specialist_on_most_tasks_in_random_order() 
         shares[sim_set] = sum(subpools.specialist_of(p, t["domain"]) is not None for t, p in pairs) / len(pairs)
         assert len({subpools.worker_order(p)[0] for _, p in pairs}) == 8  # model_0 is anyone
         assert not {subpools.worker_order(p) for _, p in held} & avoid
-    assert 0.77 <= shares["composed-v2"] <= 0.83 and 0.45 <= shares["composed"] <= 0.55
+    assert 0.8 <= shares["composed-v2"] <= 0.9 and 0.45 <= shares["composed"] <= 0.55
 
 
 def test_v2_rules_reviewing_depends_on_the_domain_naming_the_pitfall_adds_little_cost_does_not_saturate() -> None:
