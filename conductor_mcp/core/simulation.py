@@ -32,6 +32,9 @@ class SimWorkerProfile(BaseModel):
         description="set: a worker shown answers keeps the right one with this chance, and fixes nothing it is not "
         "shown (models/sim_testbed.py); unset: an unsure worker adopts the majority it sees",
     )
+    review_skills: dict[str, float] = Field(
+        default_factory=dict, description="review skill per domain (a specialist checks its own domain best)"
+    )
 
     def skill(self, domain: str) -> float:
         return min(1.0, max(0.0, self.skills.get(domain, self.default_skill)))

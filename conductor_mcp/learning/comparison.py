@@ -104,15 +104,54 @@ def oracle_play(choice: dict[Any, str], pool: Pool, task: dict[str, Any]) -> str
 
 
 def paired_reward(mine: list[float], theirs: list[float]) -> dict[str, float]:
-    """Paired test on per-task reward: the mean difference, its standard error and the two-sided p-value of the
-    paired t statistic (normal approximation, sound for hundreds of tasks)."""
+    """Paired test on per-task reward: the mean difference, its standard error and the two-sided p-values of the
+    paired t statistic, by the normal approximation (`p_value`, what judgements before #39 reported) and by
+    Student's t distribution with n - 1 degrees of freedom (`t_p_value`, the exact paired t-test)."""
     diffs = [a - b for a, b in zip(mine, theirs, strict=True)]
     mean = statistics.fmean(diffs)
     spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
     se = spread / math.sqrt(len(diffs)) if diffs else 0.0
     if se == 0:
-        return {"mean_diff": mean, "se": 0.0, "p_value": 1.0 if mean == 0 else 0.0}
-    return {"mean_diff": mean, "se": se, "p_value": math.erfc(abs(mean / se) / math.sqrt(2))}
+        p = 1.0 if mean == 0 else 0.0
+        return {"mean_diff": mean, "se": 0.0, "p_value": p, "t_p_value": p}
+    t = abs(mean / se)
+    return {
+        "mean_diff": mean,
+        "se": se,
+        "p_value": math.erfc(t / math.sqrt(2)),
+        "t_p_value": student_t_p(t, len(diffs) - 1),
+    }
+
+
+def student_t_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with df degrees of freedom: the regularised incomplete beta function
+    I_x(df/2, 1/2) at x = df / (df + t^2)."""
+    return _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b) by its continued fraction (modified Lentz), on the side where it converges fast."""
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    c, d = 1.0, _nonzero(1.0 - (a + b) * x / (a + 1))
+    fraction = d = 1.0 / d
+    for m in range(1, 400):
+        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        for step in (even, odd):
+            d = 1.0 / _nonzero(1.0 + step * d)
+            c = _nonzero(1.0 + step / c)
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * fraction / a
+
+
+def _nonzero(value: float) -> float:
+    return value if abs(value) > 1e-300 else 1e-300
 
 
 def paired_correct(mine: list[bool], theirs: list[bool]) -> dict[str, Any]:
@@ -121,9 +160,22 @@ def paired_correct(mine: list[bool], theirs: list[bool]) -> dict[str, Any]:
     return {"wins": wins, "losses": losses, "p_value": mcnemar_exact(wins, losses)}
 
 
+def specialist_first(pool: Pool, task: dict[str, Any], workflow: Workflow | None) -> bool | None:
+    """Whether the workflow's first step goes to the task's specialist; None where the sub-pool holds none (or the
+    workflow names no worker of it)."""
+    specialist = next(
+        (w.id for w in pool.workers if f"{testbed.SPECIALIST_MARK}{task.get('domain')}" in w.description.lower()), None
+    )
+    steps = (workflow or {}).get("steps") or []
+    if specialist is None or not steps or steps[0].get("worker") not in pool.visible_ids():
+        return None
+    return pool.resolve(steps[0]["worker"]).id == specialist
+
+
 def summary(rows: list[dict[str, Any]], moa_tokens: float | None) -> dict[str, Any]:
     n = len(rows)
     tokens = statistics.fmean(r["tokens"] for r in rows)
+    picks = [r["specialist_first"] for r in rows if r.get("specialist_first") is not None]
     return {
         "tasks": n,
         "accuracy": statistics.fmean(r["correct"] for r in rows),
@@ -133,6 +185,8 @@ def summary(rows: list[dict[str, Any]], moa_tokens: float | None) -> dict[str, A
         "usd_per_task": statistics.fmean(r["cost_usd"] for r in rows),
         "steps_per_task": statistics.fmean(r["steps"] for r in rows),
         "tokens_vs_moa": tokens / moa_tokens if moa_tokens else None,
+        "distinct": len({r.get("decisions") for r in rows}),
+        "specialist_pick": statistics.fmean(picks) if picks else None,
     }
 
 
@@ -228,28 +282,39 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['tasks']} held-out tasks (held-out templates, permuted held-out sub-pools), reward at cost weight "
         f"{report['cost_weight']}.",
         "",
-        "| strategy | accuracy | mean reward | tokens/task | tokens vs MoA | USD/task | steps/task | well-formed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| strategy | accuracy | mean reward | tokens/task | tokens vs MoA | USD/task | steps/task | well-formed | "
+        "distinct | specialist first |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in report["strategies"].items():
         versus = f"{m['tokens_vs_moa']:.3f}" if m["tokens_vs_moa"] is not None else "-"
+        pick = f"{m['specialist_pick']:.3f}" if m.get("specialist_pick") is not None else "-"
         lines.append(
             f"| {name} | {m['accuracy']:.3f} | {m['mean_reward']:.3f} | {m['tokens_per_task']:.0f} | {versus} | "
-            f"{m['usd_per_task']:.5f} | {m['steps_per_task']:.2f} | {m['well_formed']:.2f} |"
+            f"{m['usd_per_task']:.5f} | {m['steps_per_task']:.2f} | {m['well_formed']:.2f} | {m.get('distinct', '-')} "
+            f"| {pick} |"
         )
     lines += [
         "",
-        "Paired tests (exact McNemar on correctness; paired t on reward, two-sided):",
+        "Paired tests (exact McNemar on correctness; paired t on reward, two-sided: p by the normal approximation, "
+        "t p by Student's t, the exact test):",
         "",
-        "| comparison | only first right | only second right | McNemar p | reward diff | se | p |",
-        "|---|---|---|---|---|---|---|",
+        "| comparison | only first right | only second right | McNemar p | reward diff | se | p | t p |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, t in report["paired"].items():
         c, r = t["correct"], t["reward"]
         lines.append(
             f"| {name} | {c['wins']} | {c['losses']} | {c['p_value']:.3g} | {r['mean_diff']:+.4f} | "
-            f"{r['se']:.4f} | {r['p_value']:.3g} |"
+            f"{r['se']:.4f} | {r['p_value']:.3g} | {r['t_p_value']:.3g} |"
         )
+    if report.get("best_fixed_completion"):
+        lines += [
+            "",
+            f"The best fixed completion, chosen on training tasks among one per repetition pattern and flags: "
+            f"`{report['best_fixed_completion']}`. Distinct: the distinct completions over the ids the conductor saw. "
+            "Specialist first: where the sub-pool holds the domain's specialist, the share whose first step is it.",
+        ]
     for policy, novel in report["novel_workflows"].items():
         lines += [
             "",

@@ -80,13 +80,14 @@ def random_decisions(pool: Pool, rng: random.Random) -> str:
     return " ".join(f"{rng.choice(pool.visible_ids())}{rng.choice(['', '+'])}" for _ in range(count))
 
 
-def signature(pool: Pool, written: dict[str, Any]) -> str:
+def signature(pool: Pool, written: dict[str, Any], real_ids: bool = True) -> str:
     """A workflow as its decisions over the pool's own worker ids (`generalist+ reviewer`), comparable across
-    sub-pools whose visible ids differ; workflows outside the encoding are marked as such."""
+    sub-pools whose visible ids differ, or (not `real_ids`) over the ids the conductor saw (`model_2+ model_0`);
+    workflows outside the encoding are marked as such."""
     words = []
     for step in written.get("steps", []):
         try:
-            worker = pool.resolve(step["worker"]).id
+            worker = pool.resolve(step["worker"]).id if real_ids else str(step["worker"])
         except (PoolError, KeyError, TypeError):  # not a step of this pool's workers
             return "outside the encoding"
         pitfall_told = testbed.PITFALL_MARK in str(step.get("instruction", ""))

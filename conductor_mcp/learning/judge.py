@@ -17,9 +17,9 @@ from typing import Any
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import card, comparison, decisions, subpools
+from conductor_mcp.learning import card, comparison, decisions, gate, subpools
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
-from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set
+from conductor_mcp.learning.sim_tasks import SIM_SETS, held_out_set, rules_of
 from conductor_mcp.service.catalogue import load_pool
 from conductor_mcp.service.service import Service
 
@@ -32,7 +32,15 @@ BASELINES: dict[str, comparison.Build] = {
     "moa (pitfall named)": comparison.moa(True),
     "moa": comparison.moa(False),
 }
-POLICIES = {"trained": "held_out_after.jsonl", "warm start": "held_out_after_sft.jsonl"}
+POLICIES = {
+    "trained": "held_out_after.jsonl",
+    "warm start": "held_out_after_sft.jsonl",
+    # the trained policy's completions on the same sub-pools with their descriptions shuffled among the workers
+    # (subpools.shuffled_descriptions, seeded by the task id): the ablation that shows whether it reads them
+    "trained (descriptions shuffled)": "held_out_after_shuffled.jsonl",
+}
+FIXED = "best fixed completion"
+SHUFFLED_SCRIPT = "scripted conductor (descriptions shuffled)"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,6 +68,8 @@ def row(name: str, task: dict[str, Any], pool: Pool, outcome: Outcome, workflow:
         "cost_usd": outcome.cost_usd,
         "steps": outcome.steps,
         "signature": decisions.signature(pool, workflow) if workflow else "malformed",
+        "decisions": decisions.signature(pool, workflow, real_ids=False) if workflow else "malformed",
+        "specialist_first": comparison.specialist_first(pool, task, workflow),
     }
 
 
@@ -102,16 +112,20 @@ async def judge(args: argparse.Namespace) -> dict[str, Any]:
             raise RequestError(f"{args.run}: held-out sub-pools differ from the ones its recipe draws")
     settings = Settings.from_env(state_dir=args.run / "judge-state", sim_time_scale=0.0)
     async with Service.open(settings) as service:
-        reward = WorkflowReward(service, MAX_STEPS, cost_weight=recipe.cost_weight)
+        scale = rules_of(recipe.sim_set).cost_scale_usd
+        reward = WorkflowReward(service, MAX_STEPS, cost_weight=recipe.cost_weight, cost_scale_usd=scale)
         run = Scoring(reward, args.concurrency, args.run / "judge-cache.jsonl")
         oracle = await choose_oracles(run, recipe, pool, args.oracle_tasks)
-        rows = await held_out_rows(run, written, tasks, pools, oracle)
-    report = comparison.report(rows, oracle, recipe.cost_weight)
+        fixed = best_fixed(recipe, pool, args.oracle_tasks)
+        rows = await held_out_rows(run, written, tasks, pools, oracle, fixed)
+    report = comparison.report(rows, oracle, recipe.cost_weight) | {"best_fixed_completion": fixed}
     if card_file.exists():
         trained = json.loads(card_file.read_text())
         report["diagnosis"] = comparison.diagnosis(trained)
         if trained.get("rollouts"):
             card.plot_rollouts(trained["rollouts"], args.run / "rollouts.png")
+    with (args.run / "judged-rows.jsonl").open("w") as sink:
+        sink.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
     (args.run / "judged.json").write_text(json.dumps(report, indent=2))
     (args.run / "judged.md").write_text(comparison.markdown(report))
     return report
@@ -121,7 +135,7 @@ async def choose_oracles(run: Scoring, recipe: argparse.Namespace, pool: Pool, n
     """Each pattern on `n` training tasks and their training sub-pools; per class, the best pattern by reward and
     by accuracy (what an oracle that knows the rules and the odds would play)."""
     tasks = SIM_SETS[recipe.sim_set](n, recipe.seed, recipe.sim_domains)
-    pools = [subpools.training_pool(recipe, pool, i) for i in range(n)]
+    pools = [subpools.training_pool(recipe, pool, i, task) for i, task in enumerate(tasks)]
     scored: dict[str, list[dict[str, Any]]] = {}
     for name in comparison.PATTERNS:
         build = comparison.pattern(name)
@@ -136,17 +150,32 @@ async def choose_oracles(run: Scoring, recipe: argparse.Namespace, pool: Pool, n
     }
 
 
+def best_fixed(recipe: argparse.Namespace, pool: Pool, n: int) -> str:
+    """The input-independent completion (one per repetition pattern and flags, learning/gate.py) with the best mean
+    reward on `n` training tasks and their training sub-pools, scored in-process (learning/sim_outcomes.py)."""
+    tasks = SIM_SETS[recipe.sim_set](n, recipe.seed, recipe.sim_domains)
+    jobs = [(t, subpools.training_pool(recipe, pool, i, t)) for i, t in enumerate(tasks)]
+    score = gate.scorer(recipe, MAX_STEPS)
+    fixed = gate.fixed_completions(recipe.subpool_k or len(pool.workers))
+    return max(fixed, key=lambda text: (gate.mean_reward(score, [text] * len(jobs), jobs), -fixed.index(text)))
+
+
 async def held_out_rows(
     run: Scoring,
     written: dict[str, dict[str, dict[str, Any]]],
     tasks: list[dict[str, Any]],
     pools: list[Pool],
     oracle: dict[str, Any],
+    fixed: str,
 ) -> list[dict[str, Any]]:
     """Every strategy's row on every held-out task, on that task's sub-pool."""
     strategies: dict[str, list[str]] = {name: [w[t["id"]]["completion"] for t in tasks] for name, w in written.items()}
     for name, build in BASELINES.items():
         strategies[name] = [json.dumps(build(p, t)) for p, t in zip(pools, tasks, strict=True)]
+    strategies[FIXED] = [decisions.completion_workflow(fixed, p, t) for p, t in zip(pools, tasks, strict=True)]
+    shuffled = [subpools.shuffled_descriptions(p, t["id"]) for p, t in zip(pools, tasks, strict=True)]
+    script = BASELINES["scripted conductor"]
+    strategies[SHUFFLED_SCRIPT] = [json.dumps(script(s, t)) for s, t in zip(shuffled, tasks, strict=True)]
     for name in comparison.PATTERNS:
         strategies[f"pattern {name}"] = [
             json.dumps(comparison.pattern(name)(p, t)) for p, t in zip(pools, tasks, strict=True)

@@ -36,6 +36,15 @@ class Outcome:
     error: str | None = None
 
 
+def reward_of(correct: bool, cost_usd: float, cost_weight: float, cost_scale_usd: float) -> float:
+    """A well-formed workflow's reward: 1 when right less the cost term (cost over the scale, capped at 1, times the
+    weight), FORMAT_REWARD when wrong. The cap keeps a right answer above a wrong one; a scale below what
+    workflows cost makes the term saturate (the composed testbed's 0.01: three steps cost what MoA costs)."""
+    if not correct:
+        return FORMAT_REWARD
+    return CORRECT_REWARD - cost_weight * min(1.0, cost_usd / cost_scale_usd)
+
+
 class WorkflowReward:
     """Scores completions by running their workflows; batches run concurrently."""
 
@@ -67,9 +76,7 @@ class WorkflowReward:
         run = self.service.start(request, workflow=workflow)
         run = await self.service.wait(run.id, None, cancel_on_exit=True)
         correct = await asyncio.to_thread(verify, task, run.answer, self.allow_unsafe_local_exec)
-        reward = CORRECT_REWARD if correct else FORMAT_REWARD
-        if correct and self.cost_weight:
-            reward -= self.cost_weight * min(1.0, run.totals.cost_usd / self.cost_scale_usd)
+        reward = reward_of(correct, run.totals.cost_usd, self.cost_weight, self.cost_scale_usd)
         return Outcome(reward, True, correct, run.totals.total_tokens, run.totals.cost_usd, run.totals.steps, run.error)
 
     async def score_batch(

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 SIM_DOMAINS = ("math", "code", "science", "general")
@@ -112,15 +113,39 @@ def composed_task_set(
     return tasks
 
 
+HELD_OUT_MARK = "(held out) "
+
+
 def held_out_set(name: str, n: int, seed: int, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The held-out tasks of a sim set: the composed set's held-out templates, or (plain, structured) another seed."""
-    if name == "composed":
+    """The held-out tasks of a sim set: the composed sets' held-out templates, or (plain, structured) another
+    seed's tasks marked as held out in id and question. Those sets number their questions by position, not seed, so
+    unmarked they repeated training questions (9 of the structured set's 128 with seed 1), and the simulator, which
+    seeds its draws by the prompt, drew the same outcomes for them."""
+    if name in COMPOSED_SETS:
         return composed_task_set(n, seed, domains or COMPOSED_DOMAINS, held_out=True)
-    return SIM_SETS[name](n, seed + 1, *([domains] if domains else []))
+    tasks = SIM_SETS[name](n, seed + 1, *([domains] if domains else []))
+    return [t | {"id": f"held-out-{t['id']}", "question": HELD_OUT_MARK + t["question"]} for t in tasks]
 
 
-SIM_SETS = {"plain": task_set, "structured": structured_task_set, "composed": composed_task_set}
-SET_DOMAINS = {"plain": SIM_DOMAINS, "structured": SIM_DOMAINS, "composed": COMPOSED_DOMAINS}
+@dataclass(frozen=True)
+class SetRules:
+    """What a sim set decides beside its tasks. `specialist_share`: the share of sub-pools drawn with the task's
+    specialist in them (None: sub-pools ignore the task, and hold it k times in n); `cost_scale_usd`: the cost
+    at which the reward's cost term is full (rewards.reward_of)."""
+
+    specialist_share: float | None = None
+    cost_scale_usd: float = 0.01
+
+
+COMPOSED_SETS = ("composed", "composed-v2")
+SIM_SETS = {"plain": task_set, "structured": structured_task_set, **dict.fromkeys(COMPOSED_SETS, composed_task_set)}
+SET_DOMAINS = {"plain": SIM_DOMAINS, "structured": SIM_DOMAINS, **dict.fromkeys(COMPOSED_SETS, COMPOSED_DOMAINS)}
+SET_RULES = {"composed-v2": SetRules(specialist_share=0.85, cost_scale_usd=0.04)}  # pool sim-composed-v2
+
+
+def rules_of(name: str | None) -> SetRules:
+    """A sim set's rules (the defaults for datasets and the sets before composed-v2)."""
+    return SET_RULES.get(name or "", SetRules())
 
 
 def _with_question(task: dict[str, Any], head: str, rng: random.Random) -> dict[str, Any]:

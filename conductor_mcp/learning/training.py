@@ -46,6 +46,7 @@ from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import card, decisions, warm_start
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
+from conductor_mcp.learning.sim_tasks import rules_of
 from conductor_mcp.learning.subpools import held_out_pool, training_pool, training_pools, worker_order
 from conductor_mcp.learning.train_options import held_out_tasks, training_tasks
 from conductor_mcp.runtime.logs import configure_logging
@@ -88,7 +89,7 @@ def build_rows(
     seen = {worker_order(p) for p in training_pools(args, pool, count)} if held_out and args.subpool_k else set()
     for i in range(count):
         task = tasks[i % len(tasks)]
-        sub = held_out_pool(args, pool, task, seen) if held_out else training_pool(args, pool, i)
+        sub = held_out_pool(args, pool, task, seen) if held_out else training_pool(args, pool, i, task)
         if i >= count - recursion_rows:
             sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
         pools[sub.name] = sub
@@ -129,6 +130,7 @@ class Scorer:
             service,
             args.max_steps_per_workflow,
             cost_weight=args.cost_weight,
+            cost_scale_usd=rules_of(args.sim_set).cost_scale_usd,
             allow_unsafe_local_exec=args.unsafe_local_exec,
         )
 

@@ -70,11 +70,11 @@ def _rng(*parts: str) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def _text(messages: list[dict[str, Any]]) -> str:
+def messages_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(str(m.get("content") or "") for m in messages)
 
 
-def _tokens(text: str) -> int:
+def token_count(text: str) -> int:
     return max(1, len(text) // 4)
 
 
@@ -149,7 +149,7 @@ def conductor_output(
     """A plausible workflow for the task in the prompt, or a malformed one at the profile's rate."""
     system = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
     task = str(messages[-1].get("content", "")) if messages else ""
-    rng = _rng(name, _text(messages))
+    rng = _rng(name, messages_text(messages))
     all_workers = prompts.read_workers(system)
     workers = [w for w in all_workers if w[0] != SELF]
     if not workers:
@@ -289,7 +289,7 @@ class SimProvider(CustomLLM):
         if call.call_log is not None:
             _log_call(call.call_log, model, messages)
         _fill(model_response.choices[0], text + sim_tools.quoted_results(messages), calls)
-        prompt_tokens = _tokens(_text(messages))
+        prompt_tokens = token_count(messages_text(messages))
         model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
@@ -319,10 +319,10 @@ def _reply(
         conductor = call.simulation.conductors.get(name, SimConductorProfile())
         system = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
         text = conductor_output(name, conductor, messages, call.reference, _max_steps(optional_params, system))
-        tokens = _tokens(text)
+        tokens = token_count(text)
         return text, tokens, conductor.first_token_s + tokens / conductor.tokens_per_s
     worker = call.simulation.workers.get(name, SimWorkerProfile())
-    text, tokens = worker_answer(name, worker, _text(messages), call.reference)
+    text, tokens = worker_answer(name, worker, messages_text(messages), call.reference)
     return text, tokens, worker.first_token_s + tokens / worker.tokens_per_s
 
 

@@ -7,7 +7,8 @@ Rules we wrote (pool_configs/sim-structured.yaml sets the numbers; docs/research
   gets ``focus_bonus`` added to its skill (and to its review skill);
 * a reviewer fixes only what it is shown: a worker with ``review_skill`` that sees earlier answers keeps the
   right one with that chance when the right one is among them; when it is not, the reviewer can only solve
-  the task itself, at its own skill;
+  the task itself, at its own skill; ``review_skills`` sets the chance per domain (sim-composed-v2: a
+  specialist reviews its own domain well and others poorly);
 * draws are seeded by the whole prompt, so two identical steps give the same answer: independent attempts
   need different workers or different instructions;
 * a worker reads earlier answers only from the outputs of the steps it is shown: each simulated answer carries a
@@ -31,6 +32,7 @@ from typing import Any
 from conductor_mcp.core.simulation import SimWorkerProfile
 
 REVIEW_WORD = "review"  # the reviewer's description contains it; the scripted conductor looks for it
+SPECIALIST_MARK = "strongest at "  # a specialist's description: "Strongest at math."
 SEAL_KEY = b"conductor-mcp sim testbed: answers come from outputs"
 SEALED_ANSWER = re.compile(r"^Seal: ([0-9a-f]{16})\nANSWER:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 
@@ -55,7 +57,8 @@ def skills(profile: SimWorkerProfile, domain: str, difficulty: str, focus: bool)
     """The worker's (solving, reviewing) chances on this task, with the focus bonus when it was told the pitfall."""
     bonus = profile.focus_bonus if focus else 0.0
     solve = min(1.0, profile.skill_at(domain, difficulty) + bonus)
-    return solve, None if profile.review_skill is None else min(1.0, profile.review_skill + bonus)
+    review = profile.review_skills.get(domain, profile.review_skill)
+    return solve, None if review is None else min(1.0, review + bonus)
 
 
 def keeps_right_answer(review_skill: float, reference: str, seen: list[str], rng: random.Random) -> bool:
@@ -106,6 +109,6 @@ def best_for(workers: list[tuple[str, str]], domain: str) -> str:
     first (what a conductor that reads the descriptions picks)."""
     text = {w: d.lower() for w, d in workers}
     return next(
-        (w for w in text if f"strongest at {domain}" in text[w]),
+        (w for w in text if f"{SPECIALIST_MARK}{domain}" in text[w]),
         next((w for w in text if "fair at everything" in text[w]), workers[0][0]),
     )

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from conductor_mcp.config import builtin_pool_dir
-from conductor_mcp.learning import card, comparison, decisions, judge, subpools, train_options, training
+from conductor_mcp.learning import card, comparison, decisions, gate, judge, subpools, train_options, training
 from conductor_mcp.learning.rewards import Outcome
 from conductor_mcp.service.catalogue import load_pool
 
@@ -65,7 +65,7 @@ def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
 
 
 async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tmp_path: Path) -> None:
-    fake_run(tmp_path, {"after": "model_0+ model_1+ model_2+", "after_sft": "model_0"})
+    fake_run(tmp_path, {"after": "model_0+ model_1+ model_2+", "after_sft": "model_0", "after_shuffled": "model_1"})
     report = await judge.judge(judge.parse_args(["--run", str(tmp_path), "--oracle-tasks", "24"]))
     names = set(report["strategies"])
     assert {
@@ -93,6 +93,15 @@ async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tm
         and report["strategies"]["warm start"]["steps_per_task"] == 1
     )
     assert "| trained |" in (tmp_path / "judged.md").read_text()
+    strategies = report["strategies"]
+    assert report["best_fixed_completion"] in gate.fixed_completions(4)
+    assert strategies["best fixed completion"]["distinct"] == 1 and strategies["trained"]["distinct"] == 1
+    assert strategies["scripted conductor"]["specialist_pick"] == 1.0
+    assert strategies["scripted conductor (descriptions shuffled)"]["specialist_pick"] == 0.0
+    assert {"trained vs trained (descriptions shuffled)", "trained vs best fixed completion"} <= set(report["paired"])
+    rows = [json.loads(line) for line in (tmp_path / "judged-rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 * len(strategies) - 12  # every strategy's row on every task but the hindsight ceiling's
+    assert {r["decisions"] for r in rows if r["strategy"] == "trained"} == {"model_0+ model_1+ model_2+"}
     assert report["diagnosis"]["flat groups"] == 3 and report["diagnosis"]["groups"] == 6
     assert (tmp_path / "rollouts.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -118,6 +127,21 @@ def test_paired_tests() -> None:
     rng = random.Random(1)
     better = [rng.random() for _ in range(600)]
     assert comparison.paired_reward([b + 0.05 for b in better], better)["p_value"] < 1e-6
+    # Student's t against tabulated two-sided values: the exact paired t-test, not its normal approximation
+    assert abs(comparison.student_t_p(2.0, 10) - 0.073388) < 1e-6
+    assert abs(comparison.student_t_p(0.5, 3) - 0.651448) < 1e-6
+    assert abs(comparison.student_t_p(2.228139, 10) - 0.05) < 1e-6 and comparison.student_t_p(0.0, 5) == 1.0
+    few = comparison.paired_reward([1.0, 0.9, 1.0, 0.8], [0.5, 0.6, 0.4, 0.6])
+    assert few["t_p_value"] > few["p_value"]  # four tasks: the normal approximation overstates the evidence
+
+
+def test_shuffled_descriptions_mislead_a_reader_and_keep_the_workers() -> None:
+    pool = load_pool("sim-composed-v2", [builtin_pool_dir()]).sample(4, seed=5, permute=True)
+    shuffled = subpools.shuffled_descriptions(pool, "t1")
+    assert subpools.worker_order(shuffled) == subpools.worker_order(pool)
+    assert shuffled.visible_ids() == pool.visible_ids()
+    assert all(a.description != b.description for a, b in zip(pool.workers, shuffled.workers, strict=True))
+    assert sorted(w.description for w in shuffled.workers) == sorted(w.description for w in pool.workers)
 
 
 def test_a_malformed_policy_row_is_a_malformed_signature() -> None:

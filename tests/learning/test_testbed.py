@@ -11,9 +11,13 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.records import Run, StepRecord
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.learning import decisions, subpools, train_options
+from conductor_mcp.learning.rewards import reward_of
 from conductor_mcp.learning.sim_tasks import (
+    SIM_SETS,
     composed_task_set,
     composed_templates,
+    held_out_set,
+    rules_of,
     structured_task_set,
     template_of,
 )
@@ -91,6 +95,55 @@ def test_the_composed_splits_share_no_template_question_or_id() -> None:
     assert len({t["question"] for t in train}) == len(train)
     assert composed_task_set(5, seed=0) == train[:5]  # reproducible
     assert {t["difficulty"] for t in held_out} == {"easy", "medium", "hard", "expert"}
+
+
+def test_every_sim_sets_held_out_tasks_share_no_question_or_id_with_its_training_tasks() -> None:
+    """The structured set drew 9 of its 128 held-out questions (seed 1) identical to training ones: its questions
+    are numbered by position, not seed, and the simulator seeds its draws by the prompt."""
+    for name, tasks in SIM_SETS.items():
+        for seed in (0, 1, 2):
+            train, held = tasks(512, seed), held_out_set(name, 128, seed)
+            assert not {t["question"] for t in train} & {t["question"] for t in held}, (name, seed)
+            assert not {t["id"] for t in train} & {t["id"] for t in held}, (name, seed)
+            assert len({t["question"] for t in held}) == 128
+    assert held_out_set("composed-v2", 16, 1) == held_out_set("composed", 16, 1)  # v2 changes rules, not tasks
+
+
+def subpool_args(pool: str, sim_set: str) -> list[str]:
+    return ["--base-model", "m", "--pool", pool, "--sim-set", sim_set]
+
+
+def test_v2_sub_pools_hold_the_tasks_specialist_on_most_tasks_in_random_order() -> None:
+    shares = {}
+    for pool_name, sim_set in (("sim-composed", "composed"), ("sim-composed-v2", "composed-v2")):
+        options = [*subpool_args(pool_name, sim_set), "--sim-tasks", "400", "--eval-tasks", "400"]
+        args = train_options.parse_args([*options, "--subpool-k", "4", "--permute-ids", "--steps", "1", "--out", "o"])
+        pool = load_pool(pool_name, [builtin_pool_dir()])
+        training = subpools.training_pools(args, pool, 0)
+        tasks = train_options.training_tasks(args)
+        avoid = {subpools.worker_order(p) for p in training}
+        held = [(t, subpools.held_out_pool(args, pool, t, avoid)) for t in train_options.held_out_tasks(args)]
+        pairs = [*zip(tasks, training, strict=True), *held]
+        shares[sim_set] = sum(subpools.specialist_of(p, t["domain"]) is not None for t, p in pairs) / len(pairs)
+        assert len({subpools.worker_order(p)[0] for _, p in pairs}) == 8  # model_0 is anyone
+        assert not {subpools.worker_order(p) for _, p in held} & avoid
+    assert 0.8 <= shares["composed-v2"] <= 0.9 and 0.45 <= shares["composed"] <= 0.55
+
+
+def test_v2_rules_reviewing_depends_on_the_domain_naming_the_pitfall_adds_little_cost_does_not_saturate() -> None:
+    v2 = load_pool("sim-composed-v2", [builtin_pool_dir()]).simulation.workers  # type: ignore[union-attr]
+    assert sim_testbed.skills(v2["tb2-coder"], "code", "medium", False) == (0.96, 0.96)
+    assert sim_testbed.skills(v2["tb2-coder"], "law", "medium", False) == (0.1, 0.3)
+    assert sim_testbed.skills(v2["tb2-reviewer"], "law", "medium", False) == (0.1, 0.95)
+    told, plain = (
+        sim_testbed.skills(v2["tb2-coder"], "code", "hard", True),
+        sim_testbed.skills(v2["tb2-coder"], "code", "hard", False),
+    )
+    assert told[0] - plain[0] <= 0.02 + 1e-9
+    three_steps, moa = 0.012, 0.024  # USD a hard task: what the two cost on the composed testbeds
+    old, new = rules_of("composed").cost_scale_usd, rules_of("composed-v2").cost_scale_usd
+    assert reward_of(True, three_steps, 0.2, old) == reward_of(True, moa, 0.2, old)  # saturated
+    assert reward_of(True, three_steps, 0.2, new) > reward_of(True, moa, 0.2, new) + 0.05
 
 
 def test_held_out_pools_are_permuted_unlike_any_training_draw() -> None:

@@ -1,0 +1,283 @@
+"""The testbed gate (tools/gate_testbed.py): what a testbed must show before any LLM time is spent on it.
+
+1. Conducting pays: the scripted conductor beats every input-independent completion by a margin. Under permuted
+   ids a fixed completion (`model_0+ model_1 model_0`) names random workers, so its value depends only on its
+   repetition pattern and flags: one representative per pattern is scored (50 for a 4-worker sub-pool).
+2. It is learnable from the reward: a tiny feature policy (a softmax over the completions, scored by features such
+   as "this worker's description names the task's domain" crossed with the difficulty and the step) trained with
+   the group-relative advantage GRPO uses (Dr. GRPO: reward minus the group's mean, no scaling), on the rows an LLM
+   run would see (steps x questions x group size rollouts), reaches most of the scripted conductor's reward.
+If the feature policy cannot, GRPO on an LLM cannot either: the testbed must change, not the claim.
+
+Every outcome comes from learning/sim_outcomes.py, the service's reward computed in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import random
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.core.pool import Pool
+from conductor_mcp.learning import comparison, decisions, sim_outcomes, subpools, train_options
+from conductor_mcp.learning.sim_tasks import rules_of
+from conductor_mcp.models import sim_testbed as testbed
+from conductor_mcp.service.catalogue import load_pool
+
+Job = tuple[dict[str, Any], Pool]  # a task and its sub-pool
+
+
+def fixed_completions(k: int) -> list[str]:
+    """One completion per repetition pattern and flags over a k-worker sub-pool: ids in order of first use."""
+    found = []
+    for n in range(1, decisions.MAX_DECISIONS + 1):
+        for ids in itertools.product(range(k), repeat=n):
+            if list(dict.fromkeys(ids)) != list(range(len(set(ids)))):
+                continue
+            for flags in itertools.product(("", "+"), repeat=n):
+                found.append(" ".join(f"model_{i}{flag}" for i, flag in zip(ids, flags, strict=True)))
+    return found
+
+
+def all_completions(k: int) -> list[str]:
+    """Every completion the decisions encoding can write over a k-worker sub-pool."""
+    words = [f"model_{i}{flag}" for i in range(k) for flag in ("", "+")]
+    return [" ".join(c) for n in range(1, decisions.MAX_DECISIONS + 1) for c in itertools.product(words, repeat=n)]
+
+
+def role_of(description: str, domain: str) -> str:
+    """What a worker is for this task, as its description says: S the domain's specialist, G the generalist,
+    R the reviewer, O a specialist of another domain."""
+    text = description.lower()
+    if f"{testbed.SPECIALIST_MARK}{domain}" in text:
+        return "S"
+    if "fair at everything" in text:
+        return "G"
+    return "R" if testbed.REVIEW_WORD in text else "O"
+
+
+def features(completion: str, pool: Pool, task: dict[str, Any]) -> list[str]:
+    """The features of one completion on one task: per step, the role of its worker and its flag, crossed with
+    the number of steps and the task's difficulty (all a scripted conductor reads)."""
+    parsed = decisions.parse(completion, pool.visible_ids()) or []
+    roles = {
+        i: role_of(w.description, str(task["domain"])) for i, w in zip(pool.visible_ids(), pool.workers, strict=True)
+    }
+    shape = f"{task['difficulty']}|{len(parsed)} steps"
+    found = [shape]
+    for step, (worker, told) in enumerate(parsed):
+        found += [f"{shape}|step {step}|{roles[worker]}", f"step {step}|{roles[worker]}", f"told {told}"]
+    return found
+
+
+@dataclass
+class FeaturePolicy:
+    """A softmax over every completion, its logit the sum of its features' weights."""
+
+    k: int
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def probabilities(self, pool: Pool, task: dict[str, Any]) -> tuple[list[str], list[list[str]], list[float]]:
+        completions = all_completions(self.k)
+        found = [features(c, pool, task) for c in completions]
+        logits = [sum(self.weights.get(f, 0.0) for f in fs) for fs in found]
+        top = max(logits)
+        exps = [math.exp(x - top) for x in logits]
+        total = sum(exps)
+        return completions, found, [e / total for e in exps]
+
+    def greedy(self, pool: Pool, task: dict[str, Any]) -> str:
+        completions, _, probs = self.probabilities(pool, task)
+        return completions[max(range(len(probs)), key=probs.__getitem__)]
+
+    def update(self, pool: Pool, task: dict[str, Any], group: list[int], rewards: list[float], lr: float) -> None:
+        """One group's step: the gradient of the group-relative advantage times the log-probability of each
+        completion, (reward - group mean) x (its features - the policy's expected features)."""
+        _, found, probs = self.probabilities(pool, task)
+        expected: defaultdict[str, float] = defaultdict(float)
+        for fs, p in zip(found, probs, strict=True):
+            for f in fs:
+                expected[f] += p
+        mean = statistics.fmean(rewards)
+        step: defaultdict[str, float] = defaultdict(float)
+        for index, reward in zip(group, rewards, strict=True):
+            advantage = (reward - mean) / len(group)
+            for f in found[index]:
+                step[f] += advantage
+            for f, p in expected.items():
+                step[f] -= advantage * p
+        for f, value in step.items():
+            self.weights[f] = self.weights.get(f, 0.0) + lr * value
+
+
+Score = Callable[[str, dict[str, Any], Pool], float]
+
+
+def scorer(recipe: argparse.Namespace, max_steps: int = 5) -> Score:
+    """The training reward of a completion (decisions or workflow JSON) on a task and sub-pool, kept per key."""
+    scale = rules_of(recipe.sim_set).cost_scale_usd
+    kept: dict[tuple[str, tuple[str, ...], str], float] = {}
+
+    def score(text: str, task: dict[str, Any], pool: Pool) -> float:
+        key = (task["id"], subpools.worker_order(pool), text)
+        if key not in kept:
+            workflow = decisions.completion_workflow(text, pool, task) if not text.startswith("{") else text
+            kept[key] = sim_outcomes.outcome(workflow, task, pool, max_steps, recipe.cost_weight, scale).reward
+        return kept[key]
+
+    return score
+
+
+def train(
+    jobs: list[Job], score: Score, k: int, group_size: int, lr: float, seed: int, every: int, check: list[Job]
+) -> tuple[FeaturePolicy, list[tuple[int, float]]]:
+    """GRPO-style training of the feature policy on these rows (one group each, in order); every `every` rows, its
+    greedy mean reward on the `check` jobs: the learning curve as (rollouts, reward)."""
+    policy, rng = FeaturePolicy(k), random.Random(seed)
+    curve = []
+    for row, (task, pool) in enumerate(jobs, start=1):
+        completions, _, probs = policy.probabilities(pool, task)
+        group = rng.choices(range(len(completions)), probs, k=group_size)
+        rewards = [score(completions[i], task, pool) for i in group]
+        policy.update(pool, task, group, rewards, lr)
+        if row % every == 0 or row == len(jobs):
+            curve.append((row * group_size, mean_reward(score, [policy.greedy(p, t) for t, p in check], check)))
+    return policy, curve
+
+
+def mean_reward(score: Score, texts: list[str], jobs: list[Job]) -> float:
+    return statistics.fmean(score(text, task, pool) for text, (task, pool) in zip(texts, jobs, strict=True))
+
+
+def specialist_pick_rate(texts: list[str], jobs: list[Job]) -> float | None:
+    """On the tasks whose sub-pool holds the domain's specialist, the share whose first solver is the specialist."""
+    picks = []
+    for text, (task, pool) in zip(texts, jobs, strict=True):
+        specialist = subpools.specialist_of(pool, str(task["domain"]))
+        parsed = decisions.parse(text, pool.visible_ids())
+        if specialist is not None and parsed:
+            picks.append(pool.resolve(parsed[0][0]).id == specialist)
+    return statistics.fmean(picks) if picks else None
+
+
+MARGIN = 0.20  # the scripted conductor's least lead over the best fixed completion (mean reward)
+SHARE = 0.90  # of the scripted conductor's held-out reward the feature policy must reach
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Gate a testbed before training an LLM conductor on it.")
+    parser.add_argument("--pool", default="sim-composed-v2")
+    parser.add_argument("--sim-set", default="composed-v2")
+    parser.add_argument("--tasks", type=int, default=512, help="training tasks and held-out tasks scored")
+    parser.add_argument("--steps", type=int, default=60, help="the LLM run's GRPO steps")
+    parser.add_argument("--questions", type=int, default=4, help="the LLM run's questions a step")
+    parser.add_argument("--group-size", type=int, default=16, help="the LLM run's rollouts a question")
+    parser.add_argument("--cost-weight", type=float, default=0.2)
+    parser.add_argument("--lr", type=float, default=2.0, help="the feature policy's learning rate")
+    parser.add_argument("--checks", type=int, default=8, help="points on the feature policy's learning curve")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="also write the markdown here")
+    return parser.parse_args(argv)
+
+
+def recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """The LLM run's options that decide its tasks, sub-pools and reward (tools/train_conductor.py's)."""
+    return train_options.parse_args(
+        [
+            *("--base-model", "-", "--pool", args.pool, "--sim-set", args.sim_set, "--out", "-"),
+            *("--sim-tasks", str(args.tasks), "--eval-tasks", str(args.tasks), "--seed", str(args.seed)),
+            *("--steps", str(args.steps), "--questions", str(args.questions), "--group-size", str(args.group_size)),
+            *("--subpool-k", "4", "--permute-ids", "--completion", "decisions", "--cost-weight", str(args.cost_weight)),
+        ]
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The gate's numbers."""
+    options = recipe(args)
+    pool = load_pool(args.pool, [builtin_pool_dir()])
+    tasks = train_options.training_tasks(options)
+    training = subpools.training_pools(options, pool, 0)
+    train_jobs = [(t, training[i]) for i, t in enumerate(tasks)]
+    avoid = {subpools.worker_order(p) for p in training}
+    held_out = [(t, subpools.held_out_pool(options, pool, t, avoid)) for t in train_options.held_out_tasks(options)]
+    score = scorer(options)
+    fixed = {c: mean_reward(score, [c] * len(train_jobs), train_jobs) for c in fixed_completions(4)}
+    best = max(fixed, key=fixed.__getitem__)
+    scripted = comparison.scripted(3, True)
+    script = {
+        name: [json.dumps(scripted(p, t)) for t, p in jobs]
+        for name, jobs in (("train", train_jobs), ("held", held_out))
+    }
+    rows = options.steps * options.questions
+    grpo_jobs = [(tasks[i % len(tasks)], training[i]) for i in range(rows)]
+    every = max(1, rows // args.checks)
+    policy, curve = train(grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out)
+    greedy = [policy.greedy(p, t) for t, p in held_out]
+    return {
+        "pool": args.pool,
+        "sim_set": args.sim_set,
+        "tasks": len(tasks),
+        "cost_weight": args.cost_weight,
+        "rollouts": rows * args.group_size,
+        "fixed": dict(sorted(fixed.items(), key=lambda kv: -kv[1])),
+        "best_fixed": best,
+        "best_fixed_train": fixed[best],
+        "best_fixed_held_out": mean_reward(score, [best] * len(held_out), held_out),
+        "scripted_train": mean_reward(score, script["train"], train_jobs),
+        "scripted_held_out": mean_reward(score, script["held"], held_out),
+        "policy_held_out": curve[-1][1],
+        "curve": curve,
+        "policy_distinct": len(set(greedy)),
+        "policy_specialist_pick": specialist_pick_rate(greedy, held_out),
+        "weights": dict(sorted(policy.weights.items(), key=lambda kv: -abs(kv[1]))[:12]),
+    }
+
+
+def verdict(numbers: dict[str, Any]) -> tuple[bool, bool]:
+    """(conducting pays, the feature policy learns it)."""
+    pays = numbers["scripted_train"] - numbers["best_fixed_train"] >= MARGIN
+    return pays, numbers["policy_held_out"] >= SHARE * numbers["scripted_held_out"]
+
+
+def markdown(numbers: dict[str, Any], command: str) -> str:
+    pays, learns = verdict(numbers)
+    reached = next((r for r, v in numbers["curve"] if v >= SHARE * numbers["scripted_held_out"]), None)
+    lines = [
+        f"# Testbed gate: pool `{numbers['pool']}`, sim set `{numbers['sim_set']}`",
+        "",
+        f"`{command}`",
+        "",
+        f"{numbers['tasks']} training tasks (their training sub-pools) and {numbers['tasks']} held-out tasks (held-out "
+        f"templates and sub-pools); mean reward at cost weight {numbers['cost_weight']}. The feature policy trained "
+        f"on {numbers['rollouts']} rollouts, the number the LLM run sees (steps x questions x group size).",
+        "",
+        "| strategy | training tasks | held-out tasks |",
+        "|---|---|---|",
+        f"| best fixed completion (`{numbers['best_fixed']}`, chosen on training tasks) | "
+        f"{numbers['best_fixed_train']:.3f} | {numbers['best_fixed_held_out']:.3f} |",
+        f"| scripted conductor | {numbers['scripted_train']:.3f} | {numbers['scripted_held_out']:.3f} |",
+        f"| feature policy, greedy, after {numbers['rollouts']} rollouts | - | {numbers['policy_held_out']:.3f} |",
+        "",
+        f"- Conducting pays (scripted - best fixed >= {MARGIN} on training tasks): "
+        f"{numbers['scripted_train'] - numbers['best_fixed_train']:+.3f}, {'PASS' if pays else 'FAIL'}.",
+        f"- Learnable (feature policy >= {SHARE:.0%} of the scripted conductor on held-out tasks): "
+        f"{numbers['policy_held_out'] / numbers['scripted_held_out']:.1%}, {'PASS' if learns else 'FAIL'}; "
+        f"{f'first reached after {reached} rollouts' if reached else 'never reached'}.",
+        f"- Feature policy's learning curve (rollouts, held-out greedy reward): {numbers['curve']}",
+        f"- Its greedy completions: {numbers['policy_distinct']} distinct; specialist as first solver on "
+        f"{numbers['policy_specialist_pick']:.1%} of held-out tasks whose sub-pool holds it.",
+        f"- Its heaviest feature weights: { ({k: round(v, 2) for k, v in numbers['weights'].items()}) }",
+        f"- The {len(numbers['fixed'])} fixed completions (one per repetition pattern and flags), best first: "
+        f"{ ({k: round(v, 3) for k, v in list(numbers['fixed'].items())[:10]}) } ...",
+    ]
+    return "\n".join(lines) + "\n"
