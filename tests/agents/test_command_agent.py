@@ -4,7 +4,6 @@ session, fails with its stderr's tail, and a missing program is a named error th
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from conductor_mcp.errors import AgentFailed, AgentUnavailable
 from conductor_mcp.models import sim_agent
 from tests.agents.conftest import agent_worker, needs_bwrap, processes_with_env
 from tests.agents.repos import fingerprint
+from tests.conftest import owned_task, until
 
 pytestmark = [pytest.mark.slow, needs_bwrap]
 
@@ -48,14 +48,14 @@ async def test_a_read_only_command_agent_cannot_write(repo: Path, owner: Workspa
 async def test_a_hung_command_agent_and_the_child_it_left_are_killed(repo: Path, owner: Workspaces) -> None:
     async with owner.run("cmd-hang") as scope:
         workspace = await scope.create(repo)
-        task = asyncio.create_task(
-            run_agent(sim_worker(timeout_s=3), "sim-agent spawn 120\nsim-agent sleep 120", workspace)
-        )
-        await asyncio.sleep(1.5)
-        assert len(processes_with_env(f"HOME={workspace.home}")) >= 2  # the agent and the child it left
-        with pytest.raises(AgentFailed, match="killed at its deadline of 3s"):
-            await task
-        assert processes_with_env(f"HOME={workspace.home}") == []
+        home = f"HOME={workspace.home}"
+        hung = run_agent(sim_worker(timeout_s=3), "sim-agent spawn 120\nsim-agent sleep 120", workspace)
+        async with owned_task(hung) as task:
+            await until(lambda: task.done() or len(processes_with_env(home)) >= 2, "the agent and its child run")
+            assert not task.done(), f"the agent ended before its deadline: {task.exception()!r}"
+            with pytest.raises(AgentFailed, match="killed at its deadline of 3s"):
+                await task
+        assert processes_with_env(home) == []
 
 
 async def test_a_failing_command_agent_is_a_failure_with_its_stderr(repo: Path, owner: Workspaces) -> None:

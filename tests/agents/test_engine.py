@@ -4,7 +4,6 @@ kept in the store, later steps shown the diff, a second agent building on the fi
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ from conductor_mcp.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer
-from tests.conftest import ask, sim_pool_doc, write_pool
+from tests.conftest import ask, sim_pool_doc, until, write_pool
 from tests.doors.test_viewer import BEARER, serving
 
 pytestmark = [pytest.mark.slow, needs_bwrap]  # starts processes (git, bubblewrap, the agent)
@@ -195,11 +194,7 @@ async def test_cancelling_the_run_kills_the_agent_and_all_it_started(settings: S
     async with Service.open(settings) as service:
         steps = [Step(worker="writer", instruction="sim-agent spawn 120\nsim-agent sleep 120", access=[])]
         started = service.start(ask("Hang.", pool="agents"), Workflow(steps=steps))
-        for _ in range(200):
-            if agent_processes(settings.workspace_root):
-                break
-            await asyncio.sleep(0.05)
-        assert agent_processes(settings.workspace_root), "the agent never started"
+        await until(lambda: agent_processes(settings.workspace_root), "the agent runs")
         run = await service.cancel(started.id)
         assert run.status == "cancelled" and run.steps[0].status == "cancelled"
         assert agent_processes(settings.workspace_root) == []
