@@ -16,6 +16,18 @@ from typing import Any
 
 import pytest
 
+# Libraries' tasks that live as long as the loop they start on and that no code here owns: left to the loop's close.
+LOOP_LIFETIME_MODULES = (
+    "litellm.litellm_core_utils.logging_worker",  # litellm's logging worker, one per process, follows the loop
+    "sse_starlette.sse",  # sse-starlette's shutdown watcher, one per loop, polls for the server's exit
+)
+
+
+def _module_of(coro: object) -> str:
+    """The module that defines a coroutine not yet started (its frame's globals)."""
+    frame = getattr(coro, "cr_frame", None)
+    return str(frame.f_globals.get("__name__", "")) if frame is not None else ""
+
 
 def _unretrieved(task: asyncio.Task[Any]) -> bool:
     """Whether the task ended with an exception nobody has read (asyncio would log it when the task is collected)."""
@@ -31,12 +43,6 @@ def _describe(task: asyncio.Task[Any], was_running: bool) -> str:
     return f"{what} ended with {type(error).__name__}: {error} and nobody awaited it"
 
 
-def _process_wide(task: asyncio.Task[Any]) -> bool:
-    """litellm's logging worker: one per process, started by the first litellm call on a loop and moved by litellm
-    to the next loop; nothing here owns it, and ending it with the test's loop is what the loop's close does."""
-    return getattr(task.get_coro(), "__qualname__", "").startswith("LoggingWorker.")
-
-
 @pytest.fixture(autouse=True)
 async def _tasks_are_owned() -> AsyncIterator[None]:
     """Track the tasks made on the test's loop; after every other fixture's teardown, cancel and await those still
@@ -49,7 +55,7 @@ async def _tasks_are_owned() -> AsyncIterator[None]:
         loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any], **kwargs: Any
     ) -> asyncio.Future[Any]:
         task = previous(loop, coro, **kwargs) if previous else asyncio.Task(coro, loop=loop, **kwargs)
-        if isinstance(task, asyncio.Task):
+        if isinstance(task, asyncio.Task) and _module_of(coro) not in LOOP_LIFETIME_MODULES:
             started.append(task)
         return task
 
@@ -64,11 +70,7 @@ async def _tasks_are_owned() -> AsyncIterator[None]:
         task.cancel()
     if running:
         await asyncio.wait(running)
-    left = [
-        _describe(task, task in running)
-        for task in started
-        if (task in running or _unretrieved(task)) and not _process_wide(task)
-    ]
+    left = [_describe(task, task in running) for task in started if task in running or _unretrieved(task)]
     for task in started:
         if task.done() and not task.cancelled():
             task.exception()  # read: asyncio has nothing left to report when the collector frees it
