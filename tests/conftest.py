@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import os
 
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +39,7 @@ from conductor_mcp.models.local import free_port
 from conductor_mcp.service.service import Service
 
 T = TypeVar("T")
+pytest_plugins = ["tests.owned_tasks"]  # every task a test starts is awaited or cancelled
 
 
 @pytest.fixture(autouse=True)
@@ -189,6 +191,36 @@ def in_service(settings: Settings, use: Callable[[Service], Awaitable[T]]) -> T:
             return await use(service)
 
     return asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------ tasks and waits
+
+
+@contextlib.asynccontextmanager
+async def owned_task(coroutine: Coroutine[Any, Any, T]) -> AsyncIterator[asyncio.Task[T]]:
+    """`coroutine` as a task for the block. Leaving the block, the task is cancelled if it still runs and awaited;
+    when the block fails, the task's own outcome is read too: a failing test leaves nothing behind."""
+    task = asyncio.create_task(coroutine)
+    try:
+        yield task
+    except BaseException:
+        task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # read: the block's failure is the one to report
+        raise
+    task.cancel()
+    await asyncio.wait({task})
+
+
+async def until(condition: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
+    """Wait until `condition()` is true and return it: a wait on the state itself, however slow the machine, not a
+    guess at how long it takes. Fails the test naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
+        await asyncio.sleep(0.05)
+    return value
 
 
 # ------------------------------------------------------------------------------ server processes

@@ -92,7 +92,10 @@ AUTH_MAX_TRACKED = 10_000  # client addresses remembered; past it, the quietest 
 
 # doors/http/guards.py
 BODY_TIMEOUT_S = 60.0
-KEEP_ALIVE_S = 5  # uvicorn closes a connection idle this long after a response
+# uvicorn closes a connection idle this long after a response (the header timeout, 10 s by default, ends one too).
+# Longer than httpx's keep-alive expiry (5 s; the MCP SDK's client): when both were 5 s, a client could send its
+# POST on a connection the server was closing, and the call failed with a ReadError.
+KEEP_ALIVE_S = 10
 MAX_CONNECTIONS = 1000  # and never more than half the process's descriptors
 
 # doors/mcp/results.py

@@ -15,6 +15,7 @@ from conductor_mcp.errors import AgentFailed
 from tests.agents.conftest import KEY_VALUE, claude_worker, needs_claude, processes_with_env
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer, tool_results
+from tests.conftest import owned_task, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.external, needs_claude]
 
@@ -67,19 +68,18 @@ async def test_a_hung_claude_code_leaves_no_process(repo: Path, owner: Workspace
             workspace = await scope.create(repo)
             # The deadline leaves a loaded machine time to start Claude Code (seen: over 4 s with 2 cores busy).
             deadline = 15 if how == "deadline" else 120
-            task = asyncio.create_task(run_agent(claude_worker(server.port, timeout_s=deadline), "Hang.", workspace))
-            if how == "deadline":
-                with pytest.raises(AgentFailed, match="killed at its deadline") as failed:
-                    await task
-                assert failed.value.record.timed_out
-            else:
-                for _ in range(300):
-                    if script.requests:
-                        break
-                    await asyncio.sleep(0.05)
-                assert processes_with_env(f"HOME={workspace.home}")
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
+            async with owned_task(
+                run_agent(claude_worker(server.port, timeout_s=deadline), "Hang.", workspace)
+            ) as task:
+                if how == "deadline":
+                    with pytest.raises(AgentFailed, match="killed at its deadline") as failed:
+                        await task
+                    assert failed.value.record.timed_out
+                else:
+                    await until(lambda: script.requests or task.done(), "Claude Code asks its model")
+                    assert processes_with_env(f"HOME={workspace.home}")
+                    task.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await task
             assert script.requests, "Claude Code never reached the model: the test would prove nothing"
             assert processes_with_env(f"HOME={workspace.home}") == []

@@ -15,6 +15,7 @@ from conductor_mcp.errors import AgentFailed
 from tests.agents.conftest import KEY_VALUE, codex_worker, needs_codex, processes_with_env
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer, tool_results
+from tests.conftest import owned_task, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.external, needs_codex]
 
@@ -71,13 +72,10 @@ async def test_a_cancelled_codex_leaves_no_process(repo: Path, owner: Workspaces
     with ScriptedServer(script) as server:
         async with owner.run("codex-cancel") as scope:
             workspace = await scope.create(repo)
-            task = asyncio.create_task(run_agent(codex_worker(server.port), "Hang.", workspace))
-            for _ in range(300):
-                if script.requests:
-                    break
-                await asyncio.sleep(0.05)
-            assert script.requests and processes_with_env(f"HOME={workspace.home}")  # it is running, mid-request
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            async with owned_task(run_agent(codex_worker(server.port), "Hang.", workspace)) as task:
+                await until(lambda: script.requests or task.done(), "Codex asks its model")
+                assert script.requests and processes_with_env(f"HOME={workspace.home}")  # it runs, mid-request
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
             assert processes_with_env(f"HOME={workspace.home}") == []

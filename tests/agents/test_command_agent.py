@@ -5,7 +5,6 @@ a named error that makes the worker unavailable."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from conductor_mcp.models import sim_agent
 from conductor_mcp.runtime.loop import run_async
 from tests.agents.conftest import agent_worker, needs_bwrap, processes_with_env
 from tests.agents.repos import fingerprint
+from tests.conftest import owned_task, until
 
 pytestmark = [pytest.mark.slow, needs_bwrap]
 
@@ -50,14 +50,14 @@ async def test_a_read_only_command_agent_cannot_write(repo: Path, owner: Workspa
 async def test_a_hung_command_agent_and_the_child_it_left_are_killed(repo: Path, owner: Workspaces) -> None:
     async with owner.run("cmd-hang") as scope:
         workspace = await scope.create(repo)
-        task = asyncio.create_task(
-            run_agent(sim_worker(timeout_s=3), "sim-agent spawn 120\nsim-agent sleep 120", workspace)
-        )
-        await asyncio.sleep(1.5)
-        assert len(processes_with_env(f"HOME={workspace.home}")) >= 2  # the agent and the child it left
-        with pytest.raises(AgentFailed, match="killed at its deadline of 3s"):
-            await task
-        assert processes_with_env(f"HOME={workspace.home}") == []
+        home = f"HOME={workspace.home}"
+        hung = run_agent(sim_worker(timeout_s=3), "sim-agent spawn 120\nsim-agent sleep 120", workspace)
+        async with owned_task(hung) as task:
+            await until(lambda: task.done() or len(processes_with_env(home)) >= 2, "the agent and its child run")
+            assert not task.done(), f"the agent ended before its deadline: {task.exception()!r}"
+            with pytest.raises(AgentFailed, match="killed at its deadline of 3s"):
+                await task
+        assert processes_with_env(home) == []
 
 
 def test_a_command_agent_that_leaves_a_background_job_ends_when_it_exits(repo: Path, agent_root: Path) -> None:

@@ -5,7 +5,6 @@ held while agents write, and a change too large to keep summarised."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ from conductor_mcp.service.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import fingerprint
 from tests.agents.scripted import Script, ScriptedServer
-from tests.conftest import ask, sim_pool_doc, write_pool
+from tests.conftest import ask, sim_pool_doc, until, write_pool
 from tests.doors.viewer.test_viewer import BEARER, serving
 
 pytestmark = [pytest.mark.slow, needs_bwrap]  # starts processes (git, bubblewrap, the agent)
@@ -282,11 +281,12 @@ async def test_cancelling_the_run_kills_the_agent_and_all_it_started(settings: S
     async with Service.open(settings) as service:
         steps = [Step(worker="writer", instruction="sim-agent spawn 120\nsim-agent sleep 120", access=[])]
         started = service.start(ask("Hang.", pool="agents"), Workflow(steps=steps))
-        for _ in range(200):
-            if agent_processes(settings.workspace_root):
-                break
-            await asyncio.sleep(0.05)
-        assert agent_processes(settings.workspace_root), "the agent never started"
+
+        def ended() -> bool:  # an agent that cannot start fails the run at once: no use waiting for it
+            return service.get_run(started.id).status not in ("planned", "running")
+
+        await until(lambda: agent_processes(settings.workspace_root) or ended(), "the agent runs")
+        assert not ended(), service.get_run(started.id).steps
         run = await service.cancel(started.id)
         assert run.status == "cancelled" and run.steps[0].status == "cancelled"
         assert agent_processes(settings.workspace_root) == []

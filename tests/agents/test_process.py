@@ -16,6 +16,7 @@ from conductor_mcp.agents import process
 from conductor_mcp.agents.process import ProcessResult, run_process
 from conductor_mcp.runtime.loop import run_async
 from tests.agents.conftest import processes_with_env
+from tests.conftest import owned_task, until
 
 pytestmark = [pytest.mark.slow]  # starts processes (git, bubblewrap, agent programs)
 
@@ -72,17 +73,12 @@ async def test_the_deadline_ends_the_whole_family(tmp_path: Path) -> None:
 
 async def test_cancellation_ends_the_whole_family_at_once(tmp_path: Path) -> None:
     env, marker = _env()
-    task = asyncio.create_task(
-        run_process([sys.executable, "-c", FAMILY], cwd=tmp_path, env=env, stdin=b"", timeout_s=60)
-    )
-    for _ in range(200):
-        if len(processes_with_env(marker)) >= 3:
-            break
-        await asyncio.sleep(0.05)
-    assert len(processes_with_env(marker)) >= 3  # the leader and both sleepers
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    leader = run_process([sys.executable, "-c", FAMILY], cwd=tmp_path, env=env, stdin=b"", timeout_s=60)
+    async with owned_task(leader) as task:
+        await until(lambda: len(processes_with_env(marker)) >= 3, "the leader and both sleepers run")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
     assert processes_with_env(marker) == []
 
 

@@ -27,7 +27,7 @@ from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service.catalogue import load_pool
 from conductor_mcp.service.reader import RunReader
 from conductor_mcp.service.service import Service
-from tests.conftest import in_service, orchestrate, plan, scripted_pool, sim_pool_doc, write_pool
+from tests.conftest import in_service, orchestrate, owned_task, plan, scripted_pool, sim_pool_doc, write_pool
 
 # ------------------------------------------------------------------------------------------- conductor
 
@@ -334,11 +334,11 @@ async def test_cancellation_keeps_finished_steps(service: Service, pool_dir: Pat
         if event.kind == "step_started" and event.step.index == 1:
             second_step_started.set()
 
-    task = asyncio.create_task(orchestrate(service, "task", pool="cancel", on_event=listen))
-    await asyncio.wait_for(second_step_started.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    async with owned_task(orchestrate(service, "task", pool="cancel", on_event=listen)) as task:
+        await asyncio.wait_for(second_step_started.wait(), timeout=10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
     run_id = service.list_runs(1)[0]["id"]
     stored = service.get_run(run_id)
     assert stored.status == "cancelled"

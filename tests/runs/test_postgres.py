@@ -20,7 +20,7 @@ from conductor_mcp.errors import RequestError, StoreError
 from conductor_mcp.runs.postgres import PostgresStore
 from conductor_mcp.runs.store import MIGRATIONS, SCHEMA_VERSION
 from conductor_mcp.service.service import Service
-from tests.conftest import ask, sim_pool_doc, write_pool
+from tests.conftest import ask, owned_task, sim_pool_doc, write_pool
 
 pytestmark = [pytest.mark.slow]  # a PostgreSQL cluster
 
@@ -127,10 +127,10 @@ async def test_a_dead_replicas_run_reads_interrupted_everywhere_and_one_replica_
             yield queue
 
     b._bus.subscribe = subscribe  # type: ignore[method-assign]
-    waiting = asyncio.create_task(b.wait(run.id, 30))
-    await asyncio.wait_for(subscribed.wait(), 10)
-    a._lease.close()  # what a dead replica's closed connection does: the advisory lock goes
-    assert (await waiting).status == "interrupted"  # the waiter on B noticed without any event from A
+    async with owned_task(b.wait(run.id, 30)) as waiting:
+        await asyncio.wait_for(subscribed.wait(), 10)
+        a._lease.close()  # what a dead replica's closed connection does: the advisory lock goes
+        assert (await waiting).status == "interrupted"  # the waiter on B noticed without any event from A
     assert c.get_run(run.id).status == "interrupted"
     owners = [replica.continue_run(run.id).owner for replica in (b, c)]  # B claims it; C then collects B's run
     assert owners == [b._lease.token, b._lease.token] and b.executes_here(run.id) and not c.executes_here(run.id)

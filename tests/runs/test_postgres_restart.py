@@ -17,7 +17,7 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
 import psycopg
 
 from conductor_mcp.runs.postgres import PostgresStore
-from tests.conftest import HttpServer, PostgresCluster, scripted_pool, worker_calls
+from tests.conftest import HttpServer, PostgresCluster, owned_task, scripted_pool, worker_calls
 
 pytestmark = pytest.mark.slow
 
@@ -80,11 +80,11 @@ async def test_replicas_idle_and_busy_ride_out_a_database_restart(
     try:
         started = await _call(a, "orchestrate", task="t", pool="chain", wait_seconds=0)
         run_id = started["run_id"]
-        on_a = asyncio.create_task(_call(a, "continue_workflow", run_id=run_id, wait_seconds=100))
-        on_b = asyncio.create_task(_call(b, "continue_workflow", run_id=run_id, wait_seconds=100))
-        await _until_steps_done(postgres_url, 1)
-        await asyncio.to_thread(postgres_cluster.restart)
-        seen_a, seen_b = await asyncio.gather(on_a, on_b)
+        wait_a, wait_b = (_call(server, "continue_workflow", run_id=run_id, wait_seconds=100) for server in (a, b))
+        async with owned_task(wait_a) as on_a, owned_task(wait_b) as on_b:
+            await _until_steps_done(postgres_url, 1)
+            await asyncio.to_thread(postgres_cluster.restart)
+            seen_a, seen_b = await on_a, await on_b
         assert a.proc.poll() is None and b.proc.poll() is None, (a.stderr()[-3000:], b.stderr()[-3000:])
         assert seen_a["status"] == "done" and len(seen_a["steps"]) == 5, seen_a
         assert seen_b["status"] == "done", seen_b
@@ -181,12 +181,13 @@ async def test_a_client_waiting_on_another_replica_gets_the_answer_while_the_own
     a, b = servers = _replicas(tmp_path, [_own_role(postgres_server, postgres_url), postgres_url], call_log, 0.6)
     try:
         started = await _call(a, "orchestrate", task="t", pool="chain", wait_seconds=0)
-        on_b = asyncio.create_task(_call(b, "continue_workflow", run_id=started["run_id"], wait_seconds=100))
-        await _until_steps_done(postgres_url, 1)
-        _cut_off(postgres_url, a)
-        await asyncio.sleep(2.5)
-        _let_in(postgres_url)
-        seen = await on_b
+        wait_b = _call(b, "continue_workflow", run_id=started["run_id"], wait_seconds=100)
+        async with owned_task(wait_b) as on_b:
+            await _until_steps_done(postgres_url, 1)
+            _cut_off(postgres_url, a)
+            await asyncio.sleep(2.5)
+            _let_in(postgres_url)
+            seen = await on_b
         assert seen["status"] == "done", seen
         assert a.proc.poll() is None and "lease_retaken" in a.stderr()
         _each_step_called_once(call_log, seen)

@@ -106,6 +106,8 @@ async def test_four_replicas_fifty_runs_each_at_once_none_lost_or_doubled(tmp_pa
     try:
 
         async def on_replica(i: int) -> list[dict[str, Any]]:
+            """Task groups, not gather: when a call fails, the others are cancelled and awaited before the clients
+            close (no client closes under calls in flight) and before the servers stop."""
             async with servers[i].client(300) as start_client, servers[(i + 1) % 4].client(300) as collect_client:
 
                 async def one(n: int) -> dict[str, Any]:
@@ -114,9 +116,13 @@ async def test_four_replicas_fifty_runs_each_at_once_none_lost_or_doubled(tmp_pa
                     more = {"run_id": started["run_id"], "wait_seconds": 120}  # collected on the next replica
                     return (await collect_client.call_tool("continue_workflow", more)).structured_content or {}
 
-                return await asyncio.gather(*(one(n) for n in range(50)))
+                async with asyncio.TaskGroup() as calls:
+                    runs = [calls.create_task(one(n)) for n in range(50)]
+            return [run.result() for run in runs]
 
-        results = [r for batch in await asyncio.gather(*(on_replica(i) for i in range(4))) for r in batch]
+        async with asyncio.TaskGroup() as replicas:
+            batches = [replicas.create_task(on_replica(i)) for i in range(4)]
+        results = [r for batch in batches for r in batch.result()]
     finally:
         _stop(servers)
     ids = [r["run_id"] for r in results]

@@ -205,3 +205,24 @@ def test_headers_are_timed_on_a_fresh_and_on_a_kept_alive_connection(server: Htt
         assert closed_by_server(sock, 6.0)
         sock.close()
     assert time.monotonic() - started < 6
+
+
+@pytest.mark.slow
+def test_a_connection_idle_as_long_as_a_client_keeps_it_is_still_answered(tmp_path: Path) -> None:
+    """The MCP SDK's client (httpx) reuses a connection idle up to its keep-alive expiry: the server must not close
+    it first. When both waited 5 s, a request sent as the server closed failed with a ReadError (the 4-replica test
+    under load; a probe of 240 POSTs at that idle time lost 3)."""
+    import httpx2
+
+    server = HttpServer(tmp_path / "state", None, CONDUCTOR_HTTP_TOKEN=TOKEN)
+    request = b"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer " + TOKEN.encode() + b"\r\n\r\n"
+    try:
+        kept = raw_connection(server, request)
+        assert read_response(kept).startswith(b"HTTP/1.1 200")
+        time.sleep(httpx2.Limits().keepalive_expiry + 1)  # the subject: how long an idle connection is kept
+        kept.sendall(request)
+        kept.settimeout(5)
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200"), "the server closed a connection its client still keeps"
+        kept.close()
+    finally:
+        server.kill()
