@@ -136,7 +136,6 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
     from conductor_mcp.doors.render import to_markdown
-    from conductor_mcp.models.providers import close_clients
     from conductor_mcp.service import Service
 
     task, context, metadata = _read_task(args)
@@ -144,16 +143,13 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     if args.workspace is not None:
         request = request.but(workspace=str(workspace_in_roots(args.workspace, settings.file_roots)))
     clock = None if args.command != "run" or args.quiet else RunClock()
-    async with Service.open(settings) as service:
-        try:
-            if args.command == "run":
-                budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
-                request = request.but(budget=budget, self_correct=args.self_correct)
-                result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
-            else:
-                result = await service.plan(request)
-        finally:
-            await close_clients()  # litellm's sessions, closed on their loop: the process ends next
+    async with Service.open(settings) as service:  # closing it closes the model clients and servers it opened
+        if args.command == "run":
+            budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
+            request = request.but(budget=budget, self_correct=args.self_correct)
+            result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
+        else:
+            result = await service.plan(request)
     _say(result.model_dump_json(indent=2) if args.json else to_markdown(result))
     if clock:
         _say(clock.summary(), file=sys.stderr)

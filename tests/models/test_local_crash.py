@@ -65,14 +65,12 @@ async def test_a_server_killed_by_sigill_is_diagnosed_and_not_retried(tmp_path: 
     servers.stop_managed()
 
 
-async def test_a_run_on_a_crashing_embedded_model_fails_saying_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_run_on_a_crashing_embedded_model_fails_saying_why(tmp_path: Path) -> None:
     servers, requests = crashing_servers(tmp_path)
-    monkeypatch.setitem(local._registries, tmp_path / "state", servers)  # what local.servers() hands the service
     from conductor_mcp.service import Service
 
     async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
+        service.providers.local = servers  # the service's local servers, before its first call
         run = await orchestrate(service, "Capital of France?", pool="local")
     assert run.status == "failed"
     assert_sigill_diagnosis(run.conductor_calls[0].error or "")  # the conductor's call hit the crash
