@@ -34,7 +34,7 @@ from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
 from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
-from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
+from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError, StoreError
 from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
@@ -71,6 +71,7 @@ class Service(RunReader):
         self.server_budget = ServerBudget(max_tokens=settings.server_max_tokens, max_usd=settings.server_max_usd)
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
+        self._warming = False
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -108,6 +109,22 @@ class Service(RunReader):
             await self._bus.close()
         await anyio.to_thread.run_sync(self.telemetry.close)  # the spans of the runs just interrupted, sent
         await self.providers.aclose()
+
+    def warm_up(self) -> None:
+        """Load the model backends the pools name (litellm among them: seconds of CPU) in the background, once. A
+        door calls this after its client's handshake, so the handshake is answered without them and the first run
+        does not wait for them either."""
+        if not self._warming and not self._closing:
+            self._warming = True
+            self._owner.spawn(self.providers.warm(self._pool_models), name="warm-backends")
+
+    def _pool_models(self) -> list[str]:
+        """Every model the pools on the search path call (a pool that cannot be loaded names none)."""
+        models = []
+        for name in self.pools.names():
+            with contextlib.suppress(PoolError):
+                models += [spec.model for spec in self.pools.get(name).specs()]
+        return models
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, sampling: bool = False) -> tuple[Run, Pool]:

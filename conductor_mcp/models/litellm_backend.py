@@ -121,6 +121,13 @@ def _cost(response: Any, rates: tuple[float, float] | None) -> float:
     return float(cost or 0.0)
 
 
+def load_lazily_imported() -> None:
+    """Make litellm import what its first call would (~80 modules it loads on demand, tiktoken's encoding: about a
+    second of CPU here) with a mocked call that sends nothing, so a server's warm-up spares its first run that."""
+    litellm.completion(model="openai/warm-up", messages=[{"role": "user", "content": "-"}], mock_response="-")
+    litellm.token_counter(model="gpt-4o", text="-")
+
+
 def _backoff(base_s: float, attempt: int) -> float:
     """Exponential backoff with full jitter, so a storm of rate limits does not retry in lockstep."""
     return random.uniform(0, min(BACKOFF_MAX_S, base_s * 2**attempt))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from conductor_mcp.config import Settings
@@ -62,6 +63,15 @@ def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
     return listed_price(spec.model)
 
 
+@dataclass
+class _Backends:
+    """The backends a Providers made, by kind, and the warm-up importing their modules, if one is under way:
+    shared with the Providers' `hosted` copies."""
+
+    made: dict[str, Backend] = field(default_factory=dict)
+    loading: asyncio.Future[list[str]] | None = None
+
+
 class Providers:
     """Model calls as this server is configured to make them: its retry backoff, its endpoints' concurrency
     limits, its local model servers and its overrides of the simulator. The service makes one (on its event loop)
@@ -73,7 +83,7 @@ class Providers:
         self.sim_call_log = settings.sim_call_log
         self.local = local.LocalServers(settings.state_dir)  # started on a local model's first call
         self.host: HostModel | None = None  # answers `model: host` workers: see `hosted`
-        self._backends: dict[str, Backend] = {}  # by kind, made on first use; shared with `hosted` copies
+        self._backends = _Backends()
 
     def hosted(self, host: HostModel | None) -> Providers:
         """These providers for one run whose `model: host` workers `host` answers (the MCP session that asked for
@@ -84,13 +94,29 @@ class Providers:
         bound.host = host
         return bound
 
-    async def warm(self, models: Iterable[str]) -> None:
-        """Import the backends that serve `models` in a worker thread (litellm takes seconds of CPU), then make them
-        here, so the first call of each costs what later ones do. The service runs this after the handshake."""
-        kinds = sorted({kind_of(model) for model in models} - {"host"})
-        await asyncio.to_thread(lambda: [importlib.import_module(MODULES[kind]) for kind in kinds])
+    async def warm(self, models: Callable[[], Iterable[str]]) -> None:
+        """Import the modules of the backends that serve `models()` in a worker thread (litellm takes seconds of
+        CPU), then make those backends, so the first call of each costs what later ones do. Calls made meanwhile wait
+        for it instead of importing on the event loop. The service runs this after the host's handshake."""
+
+        def load() -> list[str]:
+            kinds = sorted({kind_of(model) for model in models()} - {"host"})
+            for kind in kinds:
+                importlib.import_module(MODULES[kind])
+            if kinds:  # every backend but the host's calls through litellm
+                from conductor_mcp.models.litellm_backend import load_lazily_imported
+
+                load_lazily_imported()
+            return kinds
+
+        self._backends.loading = loading = asyncio.ensure_future(asyncio.to_thread(load))
+        try:
+            kinds = await loading
+        finally:
+            self._backends.loading = None
         for kind in kinds:
             self._backend(kind)
+        log.info("backends_warmed", kinds=kinds)
 
     def _backend(self, kind: str) -> Backend:
         """The backend of `kind`, made (and its module imported) the first time a model of that kind is called."""
@@ -98,9 +124,10 @@ class Providers:
             from conductor_mcp.models.host_backend import HostBackend
 
             return HostBackend(self.host)  # bound to this run's session: never shared
-        if kind not in self._backends:
-            self._backends[kind] = self._made(kind)
-        return self._backends[kind]
+        made = self._backends.made
+        if kind not in made:
+            made[kind] = self._made(kind)
+        return made[kind]
 
     def _made(self, kind: str) -> Backend:
         if kind == "litellm":
@@ -123,8 +150,9 @@ class Providers:
     async def aclose(self) -> None:
         """Close every backend this Providers made (connections, litellm's sessions, managed model servers): the
         direct path's session and the local servers first, litellm's last (they may route through it)."""
-        for kind in sorted(self._backends, key=lambda kind: kind == "litellm"):
-            await self._backends.pop(kind).aclose()
+        made = self._backends.made
+        for kind in sorted(made, key=lambda kind: kind == "litellm"):
+            await made.pop(kind).aclose()
 
     async def complete(
         self,
@@ -143,6 +171,8 @@ class Providers:
         `metadata` (the task's reference data) and `simulation` (the pool's sim profiles) reach sim models only;
         `tools` (the client's function tools) are offered to chat models, which may answer with calls of them.
         """
+        if self._backends.loading is not None:  # a warm-up is importing the backends: never import on the loop too
+            await asyncio.wait([self._backends.loading])  # its failure, if any, is met again by the import below
         attempts: list[Attempt] = []
         extra = {"response_format": response_format, "tools": tools or None}
         candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
