@@ -34,14 +34,15 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
-            settle_collector()
+            service.after_warm_up = settle_collector  # what litellm allocated too
+            service.warm_up()  # at once: no host waits on this process's start, and the OpenAI door has no handshake
             with metrics_port(service.telemetry.metrics, scrape_port):
                 await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp import serve_stdio
 
         async with Service.open(settings) as service:
-            settle_collector()
+            service.after_warm_up = settle_collector  # what litellm allocated too, after the host's handshake
             with metrics_port(service.telemetry.metrics, scrape_port):
                 await serve_stdio(service)
     return 0

@@ -72,6 +72,7 @@ class Service(RunReader):
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
         self._warming = False
+        self.after_warm_up: Callable[[], None] | None = None  # what its process does once the backends are loaded
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -116,7 +117,14 @@ class Service(RunReader):
         does not wait for them either."""
         if not self._warming and not self._closing:
             self._warming = True
-            self._owner.spawn(self.providers.warm(self._pool_models), name="warm-backends")
+            self._owner.spawn(self._warm_up(), name="warm-backends")
+
+    async def _warm_up(self) -> None:
+        try:
+            await self.providers.warm(self._pool_models)
+        finally:
+            if self.after_warm_up is not None:
+                self.after_warm_up()
 
     def _pool_models(self) -> list[str]:
         """Every model the pools on the search path call (a pool that cannot be loaded names none)."""
