@@ -140,6 +140,7 @@ class LitellmBackend:
     def __init__(self, retry_base_s: float) -> None:
         self.retry_base_s = retry_base_s
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+        self._sessions = False  # whether litellm has sent a request over HTTP: its sessions then need closing
 
     async def complete(self, spec: ModelSpec, call: Call) -> Completion:
         return await self.send(spec, call, request_for(spec, call))
@@ -160,17 +161,20 @@ class LitellmBackend:
         *,
         via: Send | None = None,
         rates: tuple[float, float] | None = None,
-        limited: bool = True,
+        remote: bool = True,
         diagnose: Diagnose | None = None,
     ) -> Completion:
         """Send `request` (through litellm, or `via` another path) until it answers, retrying transient faults;
         each try is an Attempt of `spec` (the pool's model, whatever server `request` names). `rates` prices a
-        response `via` made; `diagnose` says why a failed call's server died (a dead server is never retried)."""
+        response `via` made; `remote` is false for a model litellm answers in this process (the simulator: no
+        endpoint to limit, no session to close); `diagnose` says why a failed call's server died (a dead server is
+        never retried)."""
         call_litellm = litellm.atext_completion if spec.prompt_style == "completion" else litellm.acompletion
+        self._sessions = self._sessions or (remote and via is None)
         for attempt in range(spec.max_retries + 1):
             started, sent_at = time.perf_counter(), now("microseconds")  # spans of calls nest in their step's
             try:
-                async with self.limit(spec) if limited else contextlib.nullcontext(), asyncio.timeout(spec.timeout_s):
+                async with self.limit(spec) if remote else contextlib.nullcontext(), asyncio.timeout(spec.timeout_s):
                     response = await (via(request) if via else call_litellm(**request))
                 answer = answer_of(spec, response)  # a malformed 200 is a provider fault: retried, then a fallback
             except RETRYABLE as exc:
@@ -201,7 +205,8 @@ class LitellmBackend:
         raise AssertionError("unreachable")  # the loop either returns or raises
 
     async def aclose(self) -> None:
-        await close_clients()
+        if self._sessions:
+            await close_clients()
 
 
 async def close_clients() -> None:

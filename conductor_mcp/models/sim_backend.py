@@ -38,7 +38,7 @@ class SimBackend:
             call_log=self.overrides.sim_call_log,
         )
         request["metadata"] = {sim.SIM_CALL: sim_call}  # a fresh dict: litellm writes into the one it is given
-        return await self.litellm.send(spec, call, request, limited=False)
+        return await self.litellm.send(spec, call, request, remote=False)
 
     async def aclose(self) -> None:
         """Nothing to close: the simulator answers in this process."""

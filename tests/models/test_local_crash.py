@@ -16,7 +16,7 @@ from conductor_mcp.errors import LocalModelError, ProviderError
 from conductor_mcp.models import local
 from conductor_mcp.models.local_exit import REINSTALL, exit_diagnosis
 from conductor_mcp.models.providers import Providers
-from tests.conftest import orchestrate
+from tests.conftest import orchestrate, processes_with
 
 pytestmark = [
     pytest.mark.slow,
@@ -95,3 +95,18 @@ def test_other_ends_are_named_without_the_sigill_advice(tmp_path: Path) -> None:
     assert "exited with status 1" in status and "failed to load model" in status and REINSTALL not in status
     killed = exit_diagnosis("gemma3-270m", -signal.SIGKILL, log)
     assert "killed by SIGKILL" in killed and "out-of-memory" in killed
+
+
+async def test_closing_the_service_stops_the_embedded_server_it_started(tmp_path: Path) -> None:
+    """The service's lifespan owns the managed server its first local call started (no atexit hook, no registry):
+    it is stopped when the service closes, its HTTP sessions with it."""
+    from conductor_mcp.service import Service
+
+    requests = tmp_path / "requests.log"
+    command = [sys.executable, str(FAKE), "--requests-log", str(requests), "--answer", "Paris"]
+    async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
+        service.providers.local = local.LocalServers(tmp_path / "state", runtime_command=command)
+        done = await service.providers.complete(SPEC, [{"role": "user", "content": "What is the capital of France?"}])
+        assert done.text == "Paris" and requests_served(requests) == 1
+        assert len(processes_with(str(requests))) == 1  # the server it started
+    assert processes_with(str(requests)) == []
