@@ -11,7 +11,7 @@ import pytest
 
 PROBE = """
 import gc, json, weakref
-import conductor_mcp.service  # what a server has imported before it settles: litellm, pydantic
+import conductor_mcp.service, conductor_mcp.models.litellm_backend  # what a server has loaded when it settles
 from conductor_mcp.runtime import FULL_COLLECTION_EVERY, settle_collector
 
 settle_collector()
