@@ -112,14 +112,17 @@ class Service(RunReader):
         await self.providers.aclose()
 
     def warm_up(self) -> None:
-        """Load the model backends the pools name (litellm among them: seconds of CPU) in the background, once. A
-        door calls this after its client's handshake, so the handshake is answered without them and the first run
-        does not wait for them either."""
+        """`warm` in the background. A door calls this after its client's handshake, so the handshake is answered
+        without the model backends and the first run does not wait for them either."""
         if not self._warming and not self._closing:
-            self._warming = True
-            self._owner.spawn(self._warm_up(), name="warm-backends")
+            self._owner.spawn(self.warm(), name="warm-backends")
 
-    async def _warm_up(self) -> None:
+    async def warm(self) -> None:
+        """Load the model backends the pools name (litellm among them: seconds of CPU), once (a later call returns at
+        once); then call `after_warm_up`."""
+        if self._warming:
+            return
+        self._warming = True
         try:
             await self.providers.warm(self._pool_models)
         finally:
