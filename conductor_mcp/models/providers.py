@@ -97,7 +97,8 @@ class Providers:
     async def warm(self, models: Callable[[], Iterable[str]]) -> None:
         """Import the modules of the backends that serve `models()` in a worker thread (litellm takes seconds of
         CPU), then make those backends, so the first call of each costs what later ones do. Calls made meanwhile wait
-        for it instead of importing on the event loop. The service runs this after the host's handshake."""
+        for it instead of importing on the event loop. The service runs this after a host's handshake (stdio) or
+        before it listens (HTTP)."""
 
         def load() -> list[str]:
             kinds = sorted({kind_of(model) for model in models()} - {"host"})
