@@ -34,8 +34,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
-            await service.warm()  # before listening: no host waits on this start, and no request waits behind imports
-            settle_collector()
+            # Loaded before it listens: no host waits on this start, and no request must wait behind the imports.
+            await service.providers.warm(service.pools.models, then=settle_collector)
             with metrics_port(service.telemetry.metrics, scrape_port):
                 await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:

@@ -34,7 +34,7 @@ from conductor_mcp.engine.cost import estimate_cost
 from conductor_mcp.engine.events import emit
 from conductor_mcp.engine.executor import Executor, StepCrashed
 from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
-from conductor_mcp.errors import BudgetExhausted, PoolError, RequestError, StoreError
+from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
 from conductor_mcp.lifetimes import TaskOwner
 from conductor_mcp.logs import get_logger
 from conductor_mcp.models.providers import Providers
@@ -71,7 +71,6 @@ class Service(RunReader):
         self.server_budget = ServerBudget(max_tokens=settings.server_max_tokens, max_usd=settings.server_max_usd)
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
-        self._warming = False
         self.after_warm_up: Callable[[], None] | None = None  # what its process does once the backends are loaded
 
     @classmethod
@@ -112,30 +111,10 @@ class Service(RunReader):
         await self.providers.aclose()
 
     def warm_up(self) -> None:
-        """`warm` in the background. A door calls this after its client's handshake, so the handshake is answered
-        without the model backends and the first run does not wait for them either."""
-        if not self._warming and not self._closing:
-            self._owner.spawn(self.warm(), name="warm-backends")
-
-    async def warm(self) -> None:
-        """Load the model backends the pools name (litellm among them: seconds of CPU), once (a later call returns at
-        once); then call `after_warm_up`."""
-        if self._warming:
-            return
-        self._warming = True
-        try:
-            await self.providers.warm(self._pool_models)
-        finally:
-            if self.after_warm_up is not None:
-                self.after_warm_up()
-
-    def _pool_models(self) -> list[str]:
-        """Every model the pools on the search path call (a pool that cannot be loaded names none)."""
-        models = []
-        for name in self.pools.names():
-            with contextlib.suppress(PoolError):
-                models += [spec.model for spec in self.pools.get(name).specs()]
-        return models
+        """Load the model backends the pools name in the background, then call `after_warm_up`: a door calls this
+        after its client's handshake, which is answered without them, and the first run finds them loaded."""
+        if not self._closing and not self.providers.warm_started:
+            self._owner.spawn(self.providers.warm(self.pools.models, self.after_warm_up), name="warm-backends")
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, sampling: bool = False) -> tuple[Run, Pool]:

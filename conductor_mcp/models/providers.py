@@ -70,6 +70,7 @@ class _Backends:
 
     made: dict[str, Backend] = field(default_factory=dict)
     loading: asyncio.Future[list[str]] | None = None
+    warm_started: bool = False
 
 
 class Providers:
@@ -94,11 +95,18 @@ class Providers:
         bound.host = host
         return bound
 
-    async def warm(self, models: Callable[[], Iterable[str]]) -> None:
+    @property
+    def warm_started(self) -> bool:
+        return self._backends.warm_started
+
+    async def warm(self, models: Callable[[], Iterable[str]], then: Callable[[], None] | None = None) -> None:
         """Import the modules of the backends that serve `models()` in a worker thread (litellm takes seconds of
-        CPU), then make those backends, so the first call of each costs what later ones do. Calls made meanwhile wait
-        for it instead of importing on the event loop. The service runs this after a host's handshake (stdio) or
-        before it listens (HTTP)."""
+        CPU), then make those backends, so the first call of each costs what later ones do; then call `then`. Calls
+        made meanwhile wait for it instead of importing on the event loop. Once: a later call returns at once. The
+        service runs this after a host's handshake (stdio) or before it listens (HTTP)."""
+        if self._backends.warm_started:
+            return
+        self._backends.warm_started = True
 
         def load() -> list[str]:
             kinds = sorted({kind_of(model) for model in models()} - {"host"})
@@ -113,11 +121,13 @@ class Providers:
         self._backends.loading = loading = asyncio.ensure_future(asyncio.to_thread(load))
         try:
             kinds = await loading
+            for kind in kinds:
+                self._backend(kind)
+            log.info("backends_warmed", kinds=kinds)
         finally:
             self._backends.loading = None
-        for kind in kinds:
-            self._backend(kind)
-        log.info("backends_warmed", kinds=kinds)
+            if then is not None:
+                then()
 
     def _backend(self, kind: str) -> Backend:
         """The backend of `kind`, made (and its module imported) the first time a model of that kind is called."""
