@@ -122,10 +122,11 @@ def _cost(response: Any, rates: tuple[float, float] | None) -> float:
 
 
 def load_lazily_imported() -> None:
-    """Make litellm import what its first call would (~80 modules it loads on demand, tiktoken's encoding: about a
-    second of CPU here) with a mocked call that sends nothing, so a server's warm-up spares its first run that."""
+    """Make litellm load what its first call would (~80 modules it imports on demand, its default tokenizer: 0.35 s
+    of CPU here) with a mocked call that sends nothing, so a server's warm-up spares its first run that. Measured:
+    the first call then takes 0.02 s, and the two together cost what the first call alone did (0.38 s)."""
     litellm.completion(model="openai/warm-up", messages=[{"role": "user", "content": "-"}], mock_response="-")
-    litellm.token_counter(model="gpt-4o", text="-")
+    litellm.token_counter(text="-")  # the default encoding, which litellm's calls use (a model's may differ)
 
 
 def _backoff(base_s: float, attempt: int) -> float:
