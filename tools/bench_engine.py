@@ -45,9 +45,9 @@ from conductor_mcp.core.pool import parse_pool
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.executor import Executor
-from conductor_mcp.models import providers
+from conductor_mcp.models import litellm_backend, providers
 from conductor_mcp.models.local import free_port
-from conductor_mcp.models.sim import SimCall
+from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated
 from conductor_mcp.runs.sqlite import SqliteStore
 
 FAN_LATENCIES = [0.20, 0.30, 0.40, 0.50]
@@ -125,7 +125,9 @@ async def per_step(
     spec = pool.get("instant")
     all_messages = [store.step_messages(run.id, str(i)) or [] for i in range(steps)]
     sim_call = SimCall(reference=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
-    request = providers.call_arguments(spec, [], sim_call)
+    request = litellm_backend.call_arguments(spec, [])
+    if is_simulated(spec.model):  # what the sim backend adds to its calls
+        request["metadata"] = {SIM_CALL: sim_call}
     request.pop("messages")
     bare_ms = (await bare_httpx(spec, all_messages), await bare_aiohttp(spec, all_messages)) if spec.api_base else None
     started = time.process_time()
@@ -221,7 +223,7 @@ async def main() -> int:
                 await route_overhead(route, http_pool(f"http://127.0.0.1:{port}/v1"), store, models, args)
             await fan_out_report(pool, store, models, args.reps)
             await models.aclose()
-            await providers.close_clients()
+            await litellm_backend.close_clients()  # the bare litellm calls' sessions
             store.close()
     finally:
         if stub is not None:

@@ -433,21 +433,23 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     from conductor_mcp.core.simulation import SimulationConfig
     from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
     from conductor_mcp.engine.conductor import response_format
-    from conductor_mcp.models import providers
-    from conductor_mcp.models.sim import SimCall, register
+    from conductor_mcp.models.litellm_backend import call_arguments, close_clients
+    from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated, register
     from conductor_mcp.service.catalogue import load_pool
 
-    register()  # the server's Providers does this: `sim/*` through litellm
+    register()  # the server's sim backend does this: `sim/*` through litellm
     litellm.suppress_debug_info = True
     pool = load_pool(pool_name, [pools])
     sim_call = SimCall(simulation=pool.simulation or SimulationConfig(), time_scale=0.0)
     schema = response_format(pool.conductor, workflow_json_schema(pool.visible_ids(), pool.max_steps))
     workflow = Workflow(steps=[Step(worker=pool.visible_ids()[0], instruction="Solve the task.", access=[])])
     shapes = {
-        "conductor": providers.call_arguments(pool.conductor, [], sim_call, response_format=schema),
-        "worker": providers.call_arguments(pool.workers[0], [], sim_call),
+        "conductor": call_arguments(pool.conductor, [], response_format=schema),
+        "worker": call_arguments(pool.workers[0], []),
     }
     for request in shapes.values():
+        if is_simulated(request["model"]):  # what the sim backend adds to its calls
+            request["metadata"] = {SIM_CALL: sim_call}
         request["model"] = re.sub(r"/(cpu|hold)-", "/direct-", request["model"])
 
     def messages(kind: str, i: int) -> list[dict[str, Any]]:
@@ -469,7 +471,7 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
         timings["litellm"].append(total * 1000 / calls)
         if "api_base" in request:
             timings["bare"].append(await bare_ms_per_call(request, [messages(kind, i) for i in range(calls + 5)]))
-    await providers.close_clients()
+    await close_clients()
     litellm_ms = (timings["litellm"][0], timings["litellm"][1])
     return Direct(litellm_ms, (timings["bare"][0], timings["bare"][1]) if timings["bare"] else None)
 

@@ -136,18 +136,18 @@ def _read_task(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any
 
 
 async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
+    from conductor_mcp.service.upkeep import embedded_servers, prestart_embedded_models
+
+    servers = embedded_servers(settings)
     breakdown = None
     if getattr(args, "verbose", False):  # before the run's imports, which it times
         from conductor_mcp.service.breakdown import Breakdown
 
-        breakdown = Breakdown(settings.state_dir)
-    from conductor_mcp.service.upkeep import prestart_embedded_models
-
-    prestart_embedded_models(args.pool, settings)
+        breakdown = Breakdown(servers)
+    prestart_embedded_models(args.pool, settings, servers)
     from conductor_mcp.core.request import RunRequest
     from conductor_mcp.core.usage import Budget
     from conductor_mcp.doors.render import to_markdown
-    from conductor_mcp.models.providers import close_clients
     from conductor_mcp.service.files import workspace_in_roots
     from conductor_mcp.service.service import Service
 
@@ -158,22 +158,19 @@ async def _run_or_plan(args: argparse.Namespace, settings: Settings) -> int:
     if args.workspace is not None:
         request = request.but(workspace=str(workspace_in_roots(args.workspace, settings.file_roots)))
     clock = None if args.command != "run" or args.quiet else RunClock()
-    async with Service.open(settings) as service:
-        try:
-            if args.command == "run":
-                budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
-                request = request.but(budget=budget, self_correct=args.self_correct)
-                result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
-            else:
-                result = await service.plan(request)
-            # The answer is out before anything closes: the user reads it while the process winds down.
-            _say(result.model_dump_json(indent=2) if args.json else to_markdown(result), flush=True)
-            if clock:
-                _say(clock.summary(), file=sys.stderr, flush=True)
-            for line in breakdown.lines() if breakdown else []:
-                _say(line, file=sys.stderr, flush=True)
-        finally:
-            await close_clients()  # litellm's sessions, closed on their loop: the process ends next
+    async with Service.open(settings, local_servers=servers) as service:  # closing it closes its clients and servers
+        if args.command == "run":
+            budget = Budget(max_tokens=args.max_tokens, max_usd=args.max_usd)
+            request = request.but(budget=budget, self_correct=args.self_correct)
+            result = await service.orchestrate(request, on_event=clock and _progress_printer(clock))
+        else:
+            result = await service.plan(request)
+        # The answer is out before anything closes: the user reads it while the process winds down.
+        _say(result.model_dump_json(indent=2) if args.json else to_markdown(result), flush=True)
+        if clock:
+            _say(clock.summary(), file=sys.stderr, flush=True)
+        for line in breakdown.lines() if breakdown else []:
+            _say(line, file=sys.stderr, flush=True)
     return EXIT_RUN_FAILED if result.status == "failed" else EXIT_OK
 
 

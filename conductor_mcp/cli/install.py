@@ -2,7 +2,8 @@
 
 The entry names this install's `conductor-mcp` by absolute path (hosts start servers with their own PATH), the
 pool, the names of the environment variables the pool's models read (never their values: each host fills them
-from its environment where its config can say so) and the host's tool-call timeout where it has one. An entry
+from its environment where its config can say so), the host's tool-call timeout where it has one and, for Codex,
+how calls of the server's tools are approved (pre-approved unless the user chooses otherwise). An entry
 of the same name that says something else is left alone without --force; --dry-run prints what would be
 written. --http registers the URL form, sending the bearer token from the CONDUCTOR_HTTP_TOKEN variable.
 """
@@ -22,6 +23,22 @@ from conductor_mcp.core.limits import HOST_STARTUP_TIMEOUT_S, HOST_TOOL_TIMEOUT_
 from conductor_mcp.errors import RequestError
 
 HOSTS = ("claude-code", "claude-desktop", "codex", "cursor", "vscode")
+# Codex's approval modes for an MCP server's tools (`default_tools_approval_mode`). `codex exec` runs with approval
+# policy "never": it refuses every call that is not pre-approved ("approve"), so that is the default written here.
+TOOL_APPROVALS = {
+    "approve": (
+        'Codex calls this server\'s tools without asking (default_tools_approval_mode = "approve"), in `codex exec` '
+        "too; a run spends the pool's API keys. To be asked before each call instead: --tool-approval prompt"
+    ),
+    "prompt": (
+        'Codex asks you before each call of this server\'s tools (default_tools_approval_mode = "prompt"); '
+        "`codex exec` cannot ask, so it refuses them. To pre-approve them: --tool-approval approve"
+    ),
+    "auto": (
+        "Codex's approval policy decides each call of this server's tools (default_tools_approval_mode = \"auto\"); "
+        "`codex exec` (policy never) refuses them. To pre-approve them: --tool-approval approve"
+    ),
+}
 TOKEN_ENV = "CONDUCTOR_HTTP_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8765/mcp"
 CHECK = {"claude-code": "claude mcp list", "codex": "codex mcp list"}
@@ -42,6 +59,7 @@ class Registration:
     url: str | None = None
     auth: bool = True
     token_file: Path | None = None  # where `serve --http` keeps the token it made
+    tool_approval: str = "approve"  # Codex only: see TOOL_APPROVALS
 
 
 @dataclass
@@ -115,7 +133,8 @@ def _stdio(host: str, reg: Registration) -> tuple[dict[str, Any], list[str]]:
         entry: dict[str, Any] = {"command": command, "args": args, "env": _env(reg, None)}
         if reg.key_envs:
             entry["env_vars"] = reg.key_envs  # Codex passes a server only the variables named here
-        return {**entry, "startup_timeout_sec": HOST_STARTUP_TIMEOUT_S, "tool_timeout_sec": HOST_TOOL_TIMEOUT_S}, []
+        entry.update(startup_timeout_sec=HOST_STARTUP_TIMEOUT_S, tool_timeout_sec=HOST_TOOL_TIMEOUT_S)
+        return {**entry, "default_tools_approval_mode": reg.tool_approval}, [TOOL_APPROVALS[reg.tool_approval]]
     if host == "claude-desktop":
         notes = [NO_TIMEOUT.format(host="Claude Desktop")]
         if reg.key_envs:
@@ -145,7 +164,8 @@ def _http(host: str, reg: Registration) -> tuple[dict[str, Any], list[str]]:
         )
     if host == "codex":
         entry: dict[str, Any] = {"url": url, "tool_timeout_sec": HOST_TOOL_TIMEOUT_S}
-        return ({**entry, "bearer_token_env_var": TOKEN_ENV} if reg.auth else entry), notes
+        entry = {**entry, "bearer_token_env_var": TOKEN_ENV} if reg.auth else entry
+        return {**entry, "default_tools_approval_mode": reg.tool_approval}, [*notes, TOOL_APPROVALS[reg.tool_approval]]
     header = {"claude-code": f"${{{TOKEN_ENV}}}"}.get(host, f"${{env:{TOKEN_ENV}}}")
     entry = {"type": "http", "url": url} if host != "cursor" else {"url": url}
     if reg.auth:
@@ -183,8 +203,11 @@ def registration(args: argparse.Namespace, settings: Settings) -> Registration:
     pool_value = str(resolve_pool_path(name, directories).resolve()) if by_path else name
     key_envs = sorted({spec.api_key_env for spec in pool.specs() if spec.api_key_env})
     url = args.url if args.http else None
+    if args.tool_approval is not None and args.host != "codex":
+        raise RequestError(f"--tool-approval: {args.host} has no approval mode per server in its config; Codex has")
+    approval = args.tool_approval or "approve"
     return Registration(
-        args.name, server_command(), pool_value, key_envs, url, not args.no_auth, settings.http_token_file
+        args.name, server_command(), pool_value, key_envs, url, not args.no_auth, settings.http_token_file, approval
     )
 
 
@@ -244,4 +267,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--url", default=DEFAULT_URL, help=f"with --http: the server's MCP URL (default {DEFAULT_URL})")
     p.add_argument("--no-auth", action="store_true", help="with --http: send no token (a server run with --no-auth)")
     p.add_argument("--force", action="store_true", help="replace an entry of the same name that says something else")
+    p.add_argument(
+        "--tool-approval",
+        choices=sorted(TOOL_APPROVALS),
+        help="codex: how Codex approves calls of this server's tools (default approve: without asking, which "
+        "`codex exec` needs; prompt: ask each time)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would be written and where; write nothing")

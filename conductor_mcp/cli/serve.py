@@ -34,14 +34,15 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         login = f"/ui/login?code={viewer.mint()}" if token else "/ui/"
         _say(f"conductor-mcp: run viewer: {base_url(args.host, args.port)}{login} (a one-time link)", file=sys.stderr)
         async with Service.open(settings) as service:
-            settle_collector()
+            # Loaded before it listens: no host waits on this start, and no request must wait behind the imports.
+            await service.providers.warm(service.pools.models, then=settle_collector)
             with metrics_port(service, scrape_port):
                 await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp.server import serve_stdio
 
         async with Service.open(settings) as service:
-            settle_collector()
+            service.after_warm_up = settle_collector  # what litellm allocated too, after the host's handshake
             with metrics_port(service, scrape_port):
                 await serve_stdio(service)
     return 0

@@ -146,7 +146,7 @@ TAIL_LINE_CHARS = 240
 # models/local_runtime.py
 PARENT_CHECK_S = 1.0
 
-# models/providers.py
+# models/litellm_backend.py
 BACKOFF_MAX_S = 20.0
 DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
 

@@ -1,7 +1,8 @@
 """The embedded default model: Gemma 3 270M served by llama.cpp's own server (through xllamacpp) on loopback.
 
 A pool names it as `local/<name>`; the first call starts the server (a managed child process on a free port,
-see local_runtime.py), later calls reuse it, and it stops when the process exits. `conductor-mcp local up`
+see local_runtime.py), later calls reuse it, and its owner stops it (the service's providers, when the service
+closes; a managed server also ends by itself when the process that started it is gone). `conductor-mcp local up`
 starts a resident one that outlives the command (its port and pid are kept in the state directory) and every
 later process reuses it. A server that dies is diagnosed (local_exit.py), never retried against blindly.
 The model is a small base model: a real answer path with no keys and no GPU, not a strong one.
@@ -15,7 +16,6 @@ evaluate the prefix again either (~240 tokens: 1.3-2.5 s on one core).
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import functools
@@ -129,7 +129,6 @@ class LocalServers:
         self._locks: dict[str, asyncio.Lock] = {}
         self.starts: dict[str, tuple[float, float]] = {}  # perf_counter when each managed server started, answered
         self._starting: dict[str, concurrent.futures.Future[tuple[Running, subprocess.Popen[bytes]] | None]] = {}
-        atexit.register(self.stop_managed)
 
     def _state_file(self, name: str) -> Path:
         return self.directory / f"{name}.json"
@@ -343,7 +342,7 @@ class LocalServers:
 
 def manage(action: str, name: str, state_dir: Path) -> str:
     """`conductor-mcp local up|down|status`: what was done, in one line."""
-    registry = servers(state_dir)
+    registry = LocalServers(state_dir)
     if action == "up":
         running = registry.up(name)
         return f"{name} serving at {running.base_url} (pid {running.pid}); stop it with: conductor-mcp local down"
@@ -358,18 +357,10 @@ def doctor_report(state_dir: Path) -> tuple[bool, str | None]:
     is not installed: the local pool's line says what to install)."""
     if not server_available():
         return True, None
-    label = f"embedded model {DEFAULT_MODEL}:"
+    label, servers = f"embedded model {DEFAULT_MODEL}:", LocalServers(state_dir)
     try:
-        return True, f"{label} {servers(state_dir).smoke_test(DEFAULT_MODEL)}"
+        return True, f"{label} {servers.smoke_test(DEFAULT_MODEL)}"
     except LocalModelError as exc:
         return False, f"{label} NOT USABLE: {exc}"
-
-
-_registries: dict[Path, LocalServers] = {}
-
-
-def servers(state_dir: Path) -> LocalServers:
-    """This process's registry of local servers for a state directory (shared by every service using it)."""
-    if state_dir not in _registries:
-        _registries[state_dir] = LocalServers(state_dir)
-    return _registries[state_dir]
+    finally:
+        servers.stop_managed()

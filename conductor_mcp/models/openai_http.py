@@ -1,5 +1,5 @@
-"""A thin direct path for chat calls to OpenAI-compatible servers (`hosted_vllm/` models: vLLM, llama.cpp, the
-embedded local models), beside litellm.
+"""The direct HTTP backend: a thin path for chat calls to OpenAI-compatible servers (`hosted_vllm/` models: vLLM,
+llama.cpp, the embedded local models), beside litellm.
 
 Measured on one 2-core machine against a loopback server (tools/bench_engine.py, CPU per call): a plain aiohttp
 POST and JSON parse costs 0.1-0.16 ms, httpx 0.6-0.8 ms, `litellm.acompletion` on its `hosted_vllm/` route
@@ -26,7 +26,10 @@ from litellm import exceptions
 from litellm.litellm_core_utils.core_helpers import map_finish_reason
 
 from conductor_mcp.config import proxy_configured
+from conductor_mcp.core.pool import ModelSpec
 from conductor_mcp.errors import MalformedResponse
+from conductor_mcp.models.backend import Call, Completion, Diagnose
+from conductor_mcp.models.litellm_backend import LitellmBackend, listed_price, request_for
 
 PREFIX = "hosted_vllm/"
 HEADERS = {"content-type": "application/json", "user-agent": "conductor-mcp"}
@@ -167,3 +170,37 @@ class OpenAIHttp:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class DirectBackend:
+    """`hosted_vllm/` models: chat calls on the direct path, retried by litellm's backend loop (the same exception
+    classes); what this path cannot send exactly as litellm would (base-model completions, tools, litellm-only
+    params) goes to litellm."""
+
+    def __init__(self, litellm_backend: LitellmBackend) -> None:
+        self.litellm = litellm_backend
+        self._http = OpenAIHttp()
+        self._rates: dict[str, tuple[float, float]] = {}  # per model, for models the pool leaves unpriced
+
+    async def complete(self, spec: ModelSpec, call: Call) -> Completion:
+        return await self.send(spec, call, request_for(spec, call))
+
+    async def send(
+        self, spec: ModelSpec, call: Call, request: dict[str, Any], diagnose: Diagnose | None = None
+    ) -> Completion:
+        """Send `request` (built for `spec`, or for the server that serves it) directly where it is eligible."""
+        if eligible(request):
+            rates = self._direct_rates(spec)
+            return await self.litellm.send(spec, call, request, via=self._http.chat, rates=rates, diagnose=diagnose)
+        return await self.litellm.send(spec, call, request, diagnose=diagnose)
+
+    def _direct_rates(self, spec: ModelSpec) -> tuple[float, float]:
+        """USD per token of a direct call: the pool's price, else litellm's price map (as litellm would charge)."""
+        if spec.price:
+            return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+        if spec.model not in self._rates:  # litellm's price lookup costs more than the call: once per model
+            self._rates[spec.model] = listed_price(spec.model) or (0.0, 0.0)
+        return self._rates[spec.model]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

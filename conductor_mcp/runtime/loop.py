@@ -38,9 +38,10 @@ def skip_final_collections() -> None:
 
 
 def settle_collector() -> None:
-    """Before a server starts serving: take what imports and start-up allocated (litellm, pydantic, the MCP SDK:
-    ~420k objects, a 0.2 s walk) out of the collector's reach for the process's life, and make full collections
-    rarer. Unreachable cycles are still freed, by the full collections that remain."""
+    """Once a server has loaded what its runs need (after its first client's handshake, with the model backends):
+    take what imports and start-up allocated (litellm, pydantic, the MCP SDK: ~420k objects, a 0.2 s walk) out of
+    the collector's reach for the process's life, and make full collections rarer. Unreachable cycles are still
+    freed, by the full collections that remain."""
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()

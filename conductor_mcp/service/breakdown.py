@@ -32,11 +32,11 @@ def cpu_s(pid: int) -> float:
 class Breakdown:
     """Marks taken through one `run`, and the lines they make."""
 
-    def __init__(self, state_dir: Path, model: str = local.DEFAULT_MODEL) -> None:
+    def __init__(self, servers: local.LocalServers, model: str = local.DEFAULT_MODEL) -> None:
         self.before = process_age_s()
         self.started = time.perf_counter()
         self.model = model
-        self.registry = local.servers(state_dir)
+        self.registry = servers
         self.imports_s = self.run_started = 0.0
         self.counters: dict[str, float] = {}
         self.server_cpu = 0.0

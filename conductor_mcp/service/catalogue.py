@@ -10,6 +10,7 @@ name.
 from __future__ import annotations
 
 import codecs
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,6 +234,14 @@ class PoolCatalog:
 
     def names(self) -> list[str]:
         return sorted(available_pools(self.search_dirs))
+
+    def models(self) -> list[str]:
+        """Every model the pools on the search path call (a pool that cannot be loaded names none)."""
+        models = []
+        for name in self.names():
+            with contextlib.suppress(PoolError):
+                models += [spec.model for spec in self.get(name).specs()]
+        return models
 
     def summaries(self) -> list[PoolSummary]:
         """Every pool on the search path, each validated; a broken file is listed with its error."""

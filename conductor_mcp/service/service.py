@@ -35,6 +35,7 @@ from conductor_mcp.engine.executor import Executor, StepCrashed
 from conductor_mcp.engine.progress import emit
 from conductor_mcp.engine.workspace_steps import open_workspaces, workspace_steps
 from conductor_mcp.errors import BudgetExhausted, RequestError, StoreError
+from conductor_mcp.models.local import LocalServers
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.runs.active import ActiveRuns
 from conductor_mcp.runs.backends import open_lease, open_progress_bus, open_store
@@ -57,7 +58,13 @@ class Service(RunReader):
     """Runs executing in this process, and everything a door may do with a run. Made by `Service.open`."""
 
     def __init__(
-        self, settings: Settings, store: Store, lease: Lease, owner: TaskOwner, bus: ProgressBus | None
+        self,
+        settings: Settings,
+        store: Store,
+        lease: Lease,
+        owner: TaskOwner,
+        bus: ProgressBus | None,
+        local_servers: LocalServers | None = None,
     ) -> None:
         super().__init__(settings, store, lease)
         self.workspaces: Workspaces | None = None  # every agent workspace of every run (Service.open opens it)
@@ -66,16 +73,20 @@ class Service(RunReader):
         self._bus = bus  # replicas sharing PostgreSQL: progress of runs executing elsewhere
         self.telemetry = Telemetry(settings, store, lease)  # metrics, and traces when an OTLP endpoint is set
         self._active = ActiveRuns(owner, bus.publish if bus else None, self.telemetry.watch)
-        self.providers = Providers(settings)
+        self.providers = Providers(settings, local_servers)
         self.conductor = Conductor(self.providers)
         self.server_budget = ServerBudget(max_tokens=settings.server_max_tokens, max_usd=settings.server_max_usd)
         self._unsaved: dict[str, Run] = {}  # runs whose last state could not be written (a full disk, say)
         self._closing = False
+        self.after_warm_up: Callable[[], None] | None = None  # what its process does once the backends are loaded
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, settings: Settings | None = None, store: Store | None = None) -> AsyncIterator[Service]:
-        """The service's lifespan: store (unless given), lease and bus opened here, and everything closed on exit."""
+    async def open(
+        cls, settings: Settings | None = None, store: Store | None = None, local_servers: LocalServers | None = None
+    ) -> AsyncIterator[Service]:
+        """The service's lifespan: store (unless given), lease and bus opened here, and everything closed on exit;
+        `local_servers`: the embedded models' servers, some maybe started already (it stops the ones it started)."""
         settings = settings or Settings.from_env()
         opened = store is None
         store = store or open_store(settings)
@@ -84,7 +95,7 @@ class Service(RunReader):
         try:
             lease = open_lease(settings.state_dir, store)
             try:
-                service = cls(settings, store, lease, owner, open_progress_bus(store, owner))
+                service = cls(settings, store, lease, owner, open_progress_bus(store, owner), local_servers)
                 lease.when_regained(Reclaimer(store, service._active, lease.token, asyncio.get_running_loop()))
                 service.workspaces = await stack.enter_async_context(open_workspaces(settings))
                 owner.spawn(serve_cancel_requests(store, service._active, service.get_run), name="cancel-requests")
@@ -108,6 +119,12 @@ class Service(RunReader):
             await self._bus.close()
         await anyio.to_thread.run_sync(self.telemetry.close)  # the spans of the runs just interrupted, sent
         await self.providers.aclose()
+
+    def warm_up(self) -> None:
+        """Load the model backends the pools name in the background, then call `after_warm_up`: a door calls this
+        after its client's handshake, which is answered without them, and the first run finds them loaded."""
+        if not self._closing and not self.providers.warm_started:
+            self._owner.spawn(self.providers.warm(self.pools.models, self.after_warm_up), name="warm-backends")
 
     # -- starting runs ----------------------------------------------------------------------------
     def _new_run(self, request: RunRequest, sampling: bool = False) -> tuple[Run, Pool]:

@@ -43,7 +43,12 @@ def manage_embedded_model(action: str, model: str, state_dir: Path) -> str:
     return local.manage(action, model, state_dir)
 
 
-def prestart_embedded_models(pool_name: str | None, settings: Settings) -> None:
+def embedded_servers(settings: Settings) -> local.LocalServers:
+    """The embedded models' servers for one command: started (or found resident) here, handed to the service."""
+    return local.LocalServers(settings.state_dir)
+
+
+def prestart_embedded_models(pool_name: str | None, settings: Settings, servers: local.LocalServers) -> None:
     """Start the servers of the pool's embedded models before a run's imports, which they overlap: on a 2-core
     machine loading the model and importing the engine each take a core. A pool that does not load is left to
     the run, which says what is wrong with it."""
@@ -53,4 +58,4 @@ def prestart_embedded_models(pool_name: str | None, settings: Settings) -> None:
     except PoolError:
         return
     for name in sorted({spec.model.removeprefix(local.PREFIX) for spec in pool.specs() if local.is_local(spec.model)}):
-        local.servers(settings.state_dir).prestart(name)
+        servers.prestart(name)

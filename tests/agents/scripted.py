@@ -19,7 +19,7 @@ from typing import Any
 
 @dataclass
 class Script:
-    calls: list[tuple[str, dict[str, Any]]]  # (tool name, arguments) in order
+    calls: list[tuple[str, dict[str, Any]]]  # (tool name, arguments) in order; "NAMESPACE/name" for Codex's MCP tools
     final: str = "All done."
     hang: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -56,11 +56,13 @@ def responses_reply(script: Script, body: dict[str, Any]) -> bytes:
         }
     else:
         name, arguments = move
+        namespace, _, function = name.rpartition("/")  # Codex offers an MCP server's tools as one namespace tool
         item = {
             "type": "function_call",
             "id": f"fc_{len(results)}",
             "call_id": f"call_{len(results)}",
-            "name": name,
+            "name": function,
+            **({"namespace": namespace} if namespace else {}),
             "arguments": json.dumps(arguments),
             "status": "completed",
         }

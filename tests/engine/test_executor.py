@@ -23,6 +23,7 @@ from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.engine import conductor
 from conductor_mcp.errors import RequestError, RunNotFound
 from conductor_mcp.models import providers
+from conductor_mcp.models.completion import completion_prompt
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service.catalogue import load_pool
 from conductor_mcp.service.reader import RunReader
@@ -429,7 +430,7 @@ def test_completion_prompt_for_base_models() -> None:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "# Task\nWhat is 2+2?\n\n# Your instruction\nAnswer it."},
     ]
-    assert providers.completion_prompt(messages) == (
+    assert completion_prompt(messages) == (
         "Be brief.\n\nQuestion: Task:\nWhat is 2+2?\n\nYour instruction:\nAnswer it.\nAnswer:"
     )
 

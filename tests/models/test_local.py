@@ -64,7 +64,7 @@ async def test_managed_server_starts_serves_and_stops(tmp_path: Path) -> None:
 
 
 async def test_resident_server_is_reused(state: Path, shared_state) -> None:
-    assert await local.servers(state).ensure(local.DEFAULT_MODEL) == shared_state[1].base_url
+    assert await local.LocalServers(state).ensure(local.DEFAULT_MODEL) == shared_state[1].base_url
 
 
 def test_resident_server_files_are_private(state: Path) -> None:

@@ -16,7 +16,7 @@ from conductor_mcp.errors import LocalModelError, ProviderError
 from conductor_mcp.models import local
 from conductor_mcp.models.local_exit import REINSTALL, exit_diagnosis
 from conductor_mcp.models.providers import Providers
-from tests.conftest import orchestrate
+from tests.conftest import orchestrate, processes_with
 
 pytestmark = [
     pytest.mark.slow,
@@ -65,14 +65,12 @@ async def test_a_server_killed_by_sigill_is_diagnosed_and_not_retried(tmp_path: 
     servers.stop_managed()
 
 
-async def test_a_run_on_a_crashing_embedded_model_fails_saying_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_run_on_a_crashing_embedded_model_fails_saying_why(tmp_path: Path) -> None:
     servers, requests = crashing_servers(tmp_path)
-    monkeypatch.setitem(local._registries, tmp_path / "state", servers)  # what local.servers() hands the service
     from conductor_mcp.service.service import Service
 
     async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
+        service.providers.local = servers  # the service's local servers, before its first call
         run = await orchestrate(service, "Capital of France?", pool="local")
     assert run.status == "failed"
     assert_sigill_diagnosis(run.conductor_calls[0].error or "")  # the conductor's call hit the crash
@@ -109,3 +107,18 @@ async def test_a_prestarted_server_is_the_one_the_first_call_gets(tmp_path: Path
     assert local.healthy(url) and await servers.ensure(local.DEFAULT_MODEL) == url
     servers.stop_managed()
     assert starts(servers) == 1
+
+
+async def test_closing_the_service_stops_the_embedded_server_it_started(tmp_path: Path) -> None:
+    """The service's lifespan owns the managed server its first local call started (no atexit hook, no registry):
+    it is stopped when the service closes, its HTTP sessions with it."""
+    from conductor_mcp.service.service import Service
+
+    requests = tmp_path / "requests.log"
+    command = [sys.executable, str(FAKE), "--requests-log", str(requests), "--answer", "Paris"]
+    async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
+        service.providers.local = local.LocalServers(tmp_path / "state", runtime_command=command)
+        done = await service.providers.complete(SPEC, [{"role": "user", "content": "What is the capital of France?"}])
+        assert done.text == "Paris" and requests_served(requests) == 1
+        assert len(processes_with(str(requests))) == 1  # the server it started
+    assert processes_with(str(requests)) == []

@@ -16,8 +16,9 @@ import pytest
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.pool import ModelSpec
-from conductor_mcp.models import openai_http, providers
+from conductor_mcp.models import litellm_backend, openai_http, providers
 from conductor_mcp.models.completion import completion_prompt, completion_stops
+from conductor_mcp.models.litellm_backend import RETRYABLE
 
 SEEN: list[tuple[dict[str, str], dict[str, Any]]] = []
 SEEN_PATHS: list[str] = []
@@ -83,7 +84,7 @@ async def test_a_call_sends_the_body_and_key_litellm_sends_and_reads_the_same_us
 ) -> None:
     monkeypatch.setenv("BENCH_TEST_KEY", "sk-direct-path-test-key-0123")
     spec = spec_at(base, api_key_env="BENCH_TEST_KEY")
-    request = providers.call_arguments(spec, MESSAGES, None, response_format=FORMAT)
+    request = litellm_backend.call_arguments(spec, MESSAGES, response_format=FORMAT)
     assert openai_http.eligible(request)
     reference = await litellm.acompletion(**request)
     litellm_headers, litellm_body = SEEN[-1]
@@ -123,7 +124,7 @@ async def test_a_text_completion_sends_the_body_litellm_sends(base: str, tmp_pat
 
 async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_path: Path) -> None:
     spec = spec_at(base)
-    await litellm.acompletion(**providers.call_arguments(spec, MESSAGES, None))
+    await litellm.acompletion(**litellm_backend.call_arguments(spec, MESSAGES))
     expected = SEEN[-1][0]["authorization"]
     models = providers.Providers(Settings.from_env(state_dir=tmp_path))
     await models.complete(spec, MESSAGES)
@@ -133,7 +134,7 @@ async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_p
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 408, 422, 429, 500, 502, 503, 504, 520])
 async def test_an_error_status_raises_litellm_s_exception_class(base: str, status: int) -> None:
-    request = providers.call_arguments(spec_at(base, model=f"hosted_vllm/status-{status}"), MESSAGES, None)
+    request = litellm_backend.call_arguments(spec_at(base, model=f"hosted_vllm/status-{status}"), MESSAGES)
     with pytest.raises(Exception) as from_litellm:
         await litellm.acompletion(**request)
     client = openai_http.OpenAIHttp()
@@ -141,22 +142,22 @@ async def test_an_error_status_raises_litellm_s_exception_class(base: str, statu
         await client.chat(request)
     await client.aclose()
     assert type(direct.value) is type(from_litellm.value)
-    assert isinstance(direct.value, providers.RETRYABLE) == isinstance(from_litellm.value, providers.RETRYABLE)
+    assert isinstance(direct.value, RETRYABLE) == isinstance(from_litellm.value, RETRYABLE)
     assert f"refused with {status}" in str(direct.value)
 
 
 async def test_a_refused_connection_is_retryable_as_with_litellm(tmp_path: Path) -> None:
     from conductor_mcp.models.local import free_port
 
-    request = providers.call_arguments(spec_at(f"http://127.0.0.1:{free_port()}/v1"), MESSAGES, None)
+    request = litellm_backend.call_arguments(spec_at(f"http://127.0.0.1:{free_port()}/v1"), MESSAGES)
     client = openai_http.OpenAIHttp()
-    with pytest.raises(providers.RETRYABLE):
+    with pytest.raises(RETRYABLE):
         await client.chat(request)
     await client.aclose()
 
 
 def test_calls_the_direct_path_cannot_make_as_litellm_does_go_to_litellm(base: str) -> None:
-    chat = providers.call_arguments(spec_at(base), MESSAGES, None)
+    chat = litellm_backend.call_arguments(spec_at(base), MESSAGES)
     assert openai_http.eligible(chat)
     assert not openai_http.eligible({**chat, "mock_response": "x"})  # litellm-only parameters
     assert not openai_http.eligible({**chat, "tools": [{"type": "function"}]})  # litellm rewrites tool schemas

@@ -11,7 +11,7 @@ import pytest
 
 PROBE = """
 import gc, json, weakref
-import conductor_mcp.service.service  # what a server has imported before it settles: litellm, pydantic
+import conductor_mcp.service.service, conductor_mcp.models.litellm_backend  # what a server has loaded when it settles
 from conductor_mcp.runtime.loop import FULL_COLLECTION_EVERY, settle_collector
 
 settle_collector()

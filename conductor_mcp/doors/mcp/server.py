@@ -14,8 +14,9 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
@@ -166,6 +167,21 @@ class Door:
         return run_result(run, detail, self.links.run(run.id), patch)
 
 
+class WarmAfterHandshake:
+    """Starts the service's warm-up of its model backends once a client's first request after `initialize` has
+    been answered (tools/list, for hosts that list tools first): the handshake is answered without litellm, which
+    the first run then finds loaded."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.request_id is not None and ctx.method != "initialize":
+            self.service.warm_up()
+        return result
+
+
 def build_server(service: Service, links: Links | None = None) -> MCPServer:
     links = links or Links()
     server = MCPServer(
@@ -174,7 +190,7 @@ def build_server(service: Service, links: Links | None = None) -> MCPServer:
         instructions=INSTRUCTIONS,
         log_level="WARNING",
         extensions=[TasksExtension(service, links), apps_extension(service, conductor_errors)],
-        middleware=[ui_gate],
+        middleware=[ui_gate, WarmAfterHandshake(service)],
     )
     door = Door(service, links)
     _register_orchestrate(server, door)

@@ -12,14 +12,17 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import HttpServer
+from tests.agents.scripted import Script, ScriptedServer, responses_results
+from tests.conftest import HttpServer, sim_pool_doc, write_pool
 
 CODEX = os.environ.get("CONDUCTOR_CODEX_BIN") or shutil.which("codex")
 pytestmark = [
@@ -43,6 +46,32 @@ env_key = "CONDUCTOR_TEST_CODEX_KEY"
 request_max_retries = 0
 stream_max_retries = 0
 stream_idle_timeout_ms = 120000
+
+[features]
+unbounded_connection_retries = false
+plugins = false
+
+[analytics]
+enabled = false
+"""
+
+
+AGENT_KEY = "CONDUCTOR_TEST_SCRIPTED_KEY"
+# Codex's model: the scripted Responses server (tests/agents/scripted.py); `install codex` adds the MCP server.
+SCRIPTED_MODEL = """\
+model_provider = "scripted"
+model = "scripted"
+mcp_optional_startup_grace_ms = 120000
+check_for_update_on_startup = false
+web_search = "disabled"
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "http://127.0.0.1:{port}/v1"
+wire_api = "responses"
+env_key = "CONDUCTOR_TEST_SCRIPTED_KEY"
+request_max_retries = 0
+stream_max_retries = 0
 
 [features]
 unbounded_connection_retries = false
@@ -140,3 +169,63 @@ def test_codex_runs_the_tool_the_final_worker_calls_and_the_run_goes_on(tmp_path
     assert run["status"] == "done" and turn["tool_results"], run["steps"]
     assert "conductor-tool-ran" in turn["tool_results"][0]["output"]
     assert "Tool result:" in messages[-1] and "conductor-tool-ran" in messages[-1]
+
+
+def test_codex_calls_orchestrate_through_the_server_install_registered(tmp_path: Path, codex_home: Path) -> None:
+    """`install codex` registers the server (stdio) in CODEX_HOME with its tools pre-approved; `codex exec`, its model
+    a scripted Responses server, calls `orchestrate` through Codex's MCP client (which offers the server's tools as
+    the namespace `mcp__conductor`), and the model's second turn gets the run back in the tool's output."""
+    assert CODEX, "CI must install Codex CLI (see .ci/run)"
+    pool = write_pool(tmp_path, sim_pool_doc(simulation={**sim_pool_doc()["simulation"], "time_scale": 0}))
+    script = Script([("mcp__conductor/orchestrate", {"task": "What is 6 * 7?"})], final="The team answered.")
+    env = {**os.environ, "CODEX_HOME": str(codex_home), "HOME": str(codex_home), "NO_COLOR": "1"}
+    with ScriptedServer(script) as model:
+        config = codex_home / "config.toml"
+        config.write_text(SCRIPTED_MODEL.format(port=model.port), encoding="utf-8")
+        installed = subprocess.run(
+            [sys.executable, "-m", "conductor_mcp", "install", "codex", "--pool", str(pool)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert installed.returncode == 0, installed.stderr
+        assert "without asking" in installed.stdout and "--tool-approval prompt" in installed.stdout  # it says how
+        entry = tomllib.loads(config.read_text())["mcp_servers"]["conductor"]
+        assert entry["default_tools_approval_mode"] == "approve"
+        result = subprocess.run(
+            [CODEX, "exec", "--skip-git-repo-check", "--json", "Ask the team: what is 6 * 7?"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**env, AGENT_KEY: "scripted-model-key"},
+            cwd=codex_home,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    namespace = next((t for t in script.requests[0]["body"]["tools"] if t.get("name") == "mcp__conductor"), None)
+    assert namespace and "orchestrate" in {t["name"] for t in namespace["tools"]}, script.requests[0]["body"]["tools"]
+    outputs = responses_results(script.requests[-1]["body"])
+    assert len(outputs) == 1 and "Output:\n" in outputs[0], outputs  # Codex's rendering of an MCP tool's result
+    run = json.loads(outputs[0].split("Output:\n", 1)[1])
+    assert run["status"] == "done" and run["pool"] == "testpool" and "ANSWER:" in run["answer"], run
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    said = [
+        e["item"]["text"] for e in events if e.get("type") == "item.completed" and e["item"]["type"] == "agent_message"
+    ]
+    assert said and run["run_id"] in said[-1], said  # the scripted model's second turn quoted the run it got back
+
+
+def test_install_codex_lets_the_user_be_asked_instead_and_says_what_exec_then_does(codex_home: Path) -> None:
+    def install(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CODEX_HOME": str(codex_home), "HOME": str(codex_home)}
+        command = [sys.executable, "-m", "conductor_mcp", "install", *args, "--pool", "sim"]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    asked = install("codex", "--tool-approval", "prompt")
+    assert asked.returncode == 0, asked.stderr
+    assert "asks you before each call" in asked.stdout and "`codex exec` cannot ask" in asked.stdout
+    entry = tomllib.loads((codex_home / "config.toml").read_text())["mcp_servers"]["conductor"]
+    assert entry["default_tools_approval_mode"] == "prompt"
+    refused = install("cursor", "--tool-approval", "approve")
+    assert refused.returncode != 0 and "--tool-approval: cursor has no approval mode" in refused.stderr

@@ -1,0 +1,140 @@
+"""The one interface every model backend answers through, and what they share: the call handed to them, the
+completion they answer with, and how a response or a failure becomes an Attempt.
+
+Five backends answer model calls, one module each: litellm (litellm_backend.py, any provider litellm knows), the
+direct HTTP path (openai_http.py, OpenAI-compatible servers), the MCP host's model (host_backend.py), the embedded
+llama.cpp model (local_backend.py) and the simulator (sim_backend.py). `Providers` (providers.py) picks one per
+model and imports it only when a pool first calls a model it serves, so this module, and the router, import no
+provider SDK: a server answers its host's handshake without loading litellm.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from conductor_mcp.core.pool import ModelSpec
+from conductor_mcp.core.records import Attempt
+from conductor_mcp.core.simulation import SimulationConfig
+from conductor_mcp.errors import MalformedResponse, ProviderError
+from conductor_mcp.models.completion import end_of_answer
+from conductor_mcp.runtime.logs import redact, redact_values
+
+Diagnose = Callable[[], Awaitable[str | None]]  # why a call's server died after a failed call, or None
+
+
+class KeyUnavailable(Exception):
+    """The key a pool names for a model cannot be read: that worker cannot be called (its fallbacks may be)."""
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_s: float
+    answered_by: str
+    attempts: list[Attempt] = field(default_factory=list)
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, JSON arguments) of the client's tools
+
+
+@dataclass
+class Call:
+    """One model call as the router hands it to a backend. `attempts` is shared by a call's fallbacks: each backend
+    appends one Attempt per try. `reference` (the task's reference data) and `simulation` (the pool's sim profiles)
+    are read by the simulator only; `extra` holds the call's own arguments (response_format, tools)."""
+
+    messages: list[dict[str, Any]]
+    label: str | None
+    attempts: list[Attempt]
+    reference: dict[str, Any] = field(default_factory=dict)
+    simulation: SimulationConfig | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def refused(self, spec: ModelSpec, reason: Exception) -> ProviderError:
+        """A call that could not be sent (no key, no server): recorded as a failed attempt, never retried."""
+        self.attempts.append(Attempt(model=spec.model, worker=self.label, ok=False, error=str(reason)))
+        return ProviderError(f"{spec.model}: {reason}", self.attempts)
+
+
+class Backend(Protocol):
+    """One way of answering model calls. The router (providers.py) owns each backend it made and closes it."""
+
+    async def complete(self, spec: ModelSpec, call: Call) -> Completion:
+        """Answer `call` with `spec` (retrying what this backend retries), appending an Attempt per try to
+        `call.attempts`; ProviderError when it cannot (the router then tries the worker's fallbacks)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the connections and servers this backend opened."""
+        ...
+
+
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
+
+
+def sanitized(text: str) -> str:
+    """Text that UTF-8, JSON and SQLite all take: lone surrogates (JSON can carry "\\ud800", UTF-8 cannot)
+    and NULs become U+FFFD. A str never holds a valid surrogate pair, so every surrogate here is a lone one."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def failed(spec: ModelSpec, label: str | None, exc: BaseException, started: float, sent_at: str) -> Attempt:
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {spec.timeout_s}s"
+    return Attempt(
+        model=spec.model,
+        worker=label,
+        ok=False,
+        error=sanitized(redact(message)[:500]),
+        latency_s=round(time.perf_counter() - started, 4),
+        started_at=sent_at,
+    )
+
+
+def answer_of(spec: ModelSpec, response: Any) -> tuple[Any, str]:
+    """The first choice and its text, or MalformedResponse when a 200 response carries no usable text."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise MalformedResponse(f"{spec.model} answered with no choices")
+    choice = choices[0]
+    if spec.prompt_style == "completion":
+        text = getattr(choice, "text", None)
+    else:
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise MalformedResponse(f"{spec.model} answered with a choice that has no message")
+        text = getattr(message, "content", None)
+    if text is not None and not isinstance(text, str):
+        raise MalformedResponse(f"{spec.model} answered with {type(text).__name__} content where text was expected")
+    return choice, sanitized(text or "")
+
+
+def _tool_calls(choice: Any) -> list[tuple[str, str]]:
+    calls = getattr(getattr(choice, "message", None), "tool_calls", None) or []
+    functions = [getattr(c, "function", None) for c in calls]
+    asked = [(getattr(f, "name", None), getattr(f, "arguments", None)) for f in functions]
+    return [(sanitized(name), sanitized(args or "{}")) for name, args in asked if isinstance(name, str)]
+
+
+def completion_of(
+    spec: ModelSpec, response: Any, answer: tuple[Any, str], latency: float, attempts: list[Attempt], cost: float
+) -> Completion:
+    """What one successful response says: its text (from `answer_of`), tool calls, usage, cost and who answered."""
+    choice, text = answer
+    usage = getattr(response, "usage", None)
+    return Completion(
+        tool_calls=[] if spec.prompt_style == "completion" else _tool_calls(choice),
+        text=redact_values(end_of_answer(text) if spec.prompt_style == "completion" else text),
+        finish_reason=getattr(choice, "finish_reason", None),
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=cost,
+        latency_s=latency,
+        answered_by=spec.model,
+        attempts=attempts,
+    )
