@@ -7,7 +7,7 @@ HMAC of all four under a key derived from the server's admin token. So every rep
 token accepts it (no session table to share), and changing the token ends every session; revoking or replacing
 the named token a session signed in with ends it too (doors/viewer/routes.py asks the token file on each request).
 Signing out revokes the id in this process (until it would have expired anyway); other replicas keep accepting
-it until then, which the README says.
+it until then, which docs/use/viewer.md says.
 
 Cookies are not scoped by port: any server on the same host name (another local account's listener on another
 loopback port, say) receives the cookie when the browser visits it, and can replay it here until it expires or
