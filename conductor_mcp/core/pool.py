@@ -256,13 +256,17 @@ class Pool(BaseModel):
         return sorted({spec.api_key_env for spec in self.specs() if spec.api_key_env})
 
     def digest(self) -> str:
-        """Identifies the pool's content, so a stored run says exactly which pool it ran on. The workspace fields
-        count only where a worker sets them: pools without agents keep the digests their runs and cards recorded."""
+        """Identifies the pool's content, so a stored run says exactly which pool it ran on. Fields added since
+        runs were recorded count only where set (a worker's workspace fields, a sim profile's review skills): pools
+        that set none keep the digests their runs and cards recorded."""
         view = self.model_dump(mode="json")
         for worker in view["workers"]:
             for name in _WORKSPACE_FIELDS:
                 if worker[name] == WorkerSpec.model_fields[name].get_default(call_default_factory=True):
                     del worker[name]
+        for profile in (view.get("simulation") or {}).get("workers", {}).values():
+            if not profile.get("review_skills"):
+                profile.pop("review_skills", None)
         canonical = json.dumps(view, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

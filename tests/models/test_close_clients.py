@@ -7,7 +7,7 @@ import sys
 
 _PROBE = """
 import asyncio, sys
-from conductor_mcp.models.providers import close_clients
+from conductor_mcp.models.litellm_backend import close_clients
 before = set(sys.modules)
 asyncio.run(close_clients())
 print("\\n".join(sorted(set(sys.modules) - before)))

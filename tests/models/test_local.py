@@ -77,17 +77,16 @@ def test_resident_server_files_are_private(state: Path) -> None:
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
 
 
-async def _evaluated(state: Path, task: str) -> tuple[float, float]:
-    """One run of `task` on the local pool: the prompt tokens llama.cpp evaluated during it (read from its
-    /metrics), and the prompt tokens the run's calls sent."""
-    registry = local.servers(state)
+async def _evaluated(state: Path, task: str, registry: local.LocalServers) -> tuple[float, float]:
+    """One run of `task` on the local pool, its servers `registry`'s: the prompt tokens llama.cpp evaluated during
+    it (read from its /metrics), and the prompt tokens the run's calls sent."""
     running = registry.running(local.DEFAULT_MODEL)
     before = (local_slots.counters(running.root) if running else None) or {}
-    async with Service.open(Settings.from_env(state_dir=state)) as service:
+    async with Service.open(Settings.from_env(state_dir=state), local_servers=registry) as service:
         run = await orchestrate(service, task, pool="local")
+        running = registry.running(local.DEFAULT_MODEL)  # read before closing stops a server the run started
+        after = local_slots.counters(running.root) if running else None
     assert run.status == "done", run.error
-    running = registry.running(local.DEFAULT_MODEL)
-    after = local_slots.counters(running.root) if running else None
     assert after is not None, "the server serves no llama.cpp counters"
     sent = sum(c.prompt_tokens for c in run.conductor_calls) + sum(s.prompt_tokens for s in run.steps)
     return after["prompt_tokens_total"] - before.get("prompt_tokens_total", 0.0), sent
@@ -99,8 +98,8 @@ async def test_a_second_run_on_a_resident_server_evaluates_only_the_tasks_tokens
     registry = local.LocalServers(tmp_path)
     registry.up(local.DEFAULT_MODEL)
     try:
-        first, sent = await _evaluated(tmp_path, "What is the capital of France?")
-        second, _ = await _evaluated(tmp_path, "Name the largest planet.")
+        first, sent = await _evaluated(tmp_path, "What is the capital of France?", registry)
+        second, _ = await _evaluated(tmp_path, "Name the largest planet.", registry)
     finally:
         registry.down(local.DEFAULT_MODEL)
     assert first > 200 and second < first / 2, (first, second, sent)
@@ -109,11 +108,9 @@ async def test_a_second_run_on_a_resident_server_evaluates_only_the_tasks_tokens
 async def test_a_new_server_starts_with_the_conductors_prefix_restored(tmp_path: Path) -> None:
     """The conductor's slot is saved when a server stops and restored when the next starts: a cold run (the
     command starts the server) after another evaluates the prefix no more."""
-    registry = local.servers(tmp_path)
-    first, _ = await _evaluated(tmp_path, "What is the capital of France?")
-    registry.stop_managed()
-    second, _ = await _evaluated(tmp_path, "Name the largest planet.")
-    registry.stop_managed()
+    registry = local.LocalServers(tmp_path)
+    first, _ = await _evaluated(tmp_path, "What is the capital of France?", registry)  # closing stops its server
+    second, _ = await _evaluated(tmp_path, "Name the largest planet.", registry)
     assert list((tmp_path / "local" / "slots").iterdir()) == [
         tmp_path / "local" / "slots" / registry.slot_file(local.DEFAULT_MODEL)
     ]

@@ -105,7 +105,7 @@ async def test_a_text_completion_sends_the_body_litellm_sends(base: str, tmp_pat
     path too, with litellm's body: the prompt, the params, extra_body merged; and every stop sequence, where
     litellm keeps the first 4 (OpenAI's own limit, which llama.cpp and vLLM do not have)."""
     spec = spec_at(base, prompt_style="completion")
-    request = providers.call_arguments(spec, MESSAGES, None)
+    request = litellm_backend.call_arguments(spec, MESSAGES)
     request["prompt"] = completion_prompt(request.pop("messages"))
     request["stop"] = completion_stops(request.get("stop"))
     assert openai_http.eligible(request)
