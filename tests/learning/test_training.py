@@ -158,7 +158,9 @@ def test_sft_warm_start_then_a_full_workflow_grpo_step(tmp_path: Path) -> None:
     assert set(card["held_out"]) == {"before", "after_sft", "after"} and set(card["wall_s"]) >= {"sft", "grpo"}
     for label in ("before", "after_sft", "after"):
         rows = [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
-        assert [r["task_id"] for r in rows] == ["tb-3-0", "tb-3-1"] and all(r["prompt_tokens"] > 100 for r in rows)
+        assert [r["task_id"] for r in rows] == ["held-out-tb-3-0", "held-out-tb-3-1"] and all(
+            r["prompt_tokens"] > 100 for r in rows
+        )
     sft = load_file(tmp_path / "sft-adapter" / "adapter_model.safetensors")
     final = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     assert set(sft) == set(final)  # GRPO continued the warm start's adapter rather than starting a new one
