@@ -52,6 +52,9 @@ REACH: dict[str, frozenset[str]] = {
     "cli": _BASE | {"service", "doors"},
     "__main__": frozenset({"cli"}),
 }
+# The service's modules a door may not import: the raw service and reader, whose run operations check no
+# principal. A door holds service/access.py's `Front` instead, so the access check cannot be forgotten.
+BEHIND_THE_FRONT = frozenset({"service.service", "service.reader"})
 # What core/ may not import: modules that do I/O, start work, keep time-dependent state, or read the environment.
 CORE_FORBIDDEN = frozenset(
     {
@@ -176,14 +179,17 @@ def layer_of(room: str) -> int | None:
 
 
 def forbidden(imports: dict[str, set[str]]) -> dict[str, list[str]]:
-    """Every import REACH does not allow, by kind: upward, sideways, past the service."""
-    found: dict[str, list[str]] = {"upward": [], "sideways": [], "past the service": []}
+    """Every import REACH does not allow, by kind: upward, sideways, past the service; and a door importing what
+    is behind the service's front."""
+    found: dict[str, list[str]] = {"upward": [], "sideways": [], "past the service": [], "behind the front": []}
     for source, targets in sorted(imports.items()):
         room = room_of(source)
         if room is None or room not in REACH:
             continue
         for target in sorted(targets):
             other = room_of(target)
+            if room == "doors" and target.split(".", 1)[-1] in BEHIND_THE_FRONT:
+                found["behind the front"].append(f"{source} -> {target}")
             if other is None or other == room or other in REACH[room] or other not in REACH:
                 continue
             low, high = layer_of(room), layer_of(other)

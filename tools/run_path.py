@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from architecture import layer_of, room_of  # a sibling tool, not an installed module
 
 from conductor_mcp.runtime.loop import prefer_bundled_price_map
+from conductor_mcp.service.access import Front
 
 prefer_bundled_price_map()  # before litellm loads
 
@@ -53,7 +54,7 @@ async def one_run(recorder: PathRecorder) -> str:
 
     with tempfile.TemporaryDirectory() as state:
         settings = Settings.from_env(state_dir=Path(state), pool="sim")
-        async with Service.open(settings) as service, Client(build_server(service)) as client:
+        async with Service.open(settings) as service, Client(build_server(Front(service))) as client:
             await client.call_tool("orchestrate", {"task": TASK, "pool": "sim"})  # warm: imports, caches
             sys.setprofile(recorder)
             try:

@@ -17,6 +17,7 @@ from conductor_mcp.runtime.loop import settle_collector
 
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
     from conductor_mcp.doors.http.metrics import metrics_port
+    from conductor_mcp.service.access import Front
     from conductor_mcp.service.service import Service
 
     scrape_port = _metrics_port(args, settings)
@@ -36,15 +37,17 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         async with Service.open(settings) as service:
             # Loaded before it listens: no host waits on this start, and no request must wait behind the imports.
             await service.providers.warm(service.pools.models, then=settle_collector)
-            with metrics_port(service, scrape_port):
-                await serve_http(service, args.host, args.port, token, args.allowed_host, viewer)
+            front = Front(service)  # the doors' view: every run operation checked for the caller
+            with metrics_port(front, scrape_port):
+                await serve_http(front, args.host, args.port, token, args.allowed_host, viewer)
     else:
         from conductor_mcp.doors.mcp.server import serve_stdio
 
         async with Service.open(settings) as service:
             service.after_warm_up = settle_collector  # what litellm allocated too, after the host's handshake
-            with metrics_port(service, scrape_port):
-                await serve_stdio(service)
+            front = Front(service)
+            with metrics_port(front, scrape_port):
+                await serve_stdio(front)
     return 0
 
 
@@ -65,6 +68,7 @@ async def view(args: argparse.Namespace, settings: Settings) -> int:
 
     from conductor_mcp.doors.http.app import base_url, serve_viewer
     from conductor_mcp.doors.viewer.routes import ViewerAuth
+    from conductor_mcp.service.access import ReadFront
     from conductor_mcp.service.reader import RunReader
 
     token = secrets.token_urlsafe(32)
@@ -81,7 +85,7 @@ async def view(args: argparse.Namespace, settings: Settings) -> int:
     with RunReader.open(settings) as reader:
         if args.run_id:
             reader.get_run(args.run_id)  # an unknown run fails here, before anything is served
-        await serve_viewer(reader, "127.0.0.1", args.port or 0, token, viewer, announce)
+        await serve_viewer(ReadFront(reader), "127.0.0.1", args.port or 0, token, viewer, announce)
     return 0
 
 

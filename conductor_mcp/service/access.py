@@ -1,25 +1,48 @@
 """One principal's view of the runs: the single place where who may see, continue and cancel a run is decided.
 
-Every door serves a request through `Reads` (the viewer under `view`) or `Access` (everything the service does)
-made for the request's principal (core/principal.py): a run recorded as another principal's is RunNotFound,
-exactly as a run that does not exist (a door answers 404, never 403, so run ids tell nothing), lists hold the
-principal's own runs, and the runs it starts are recorded as its. An admin sees and acts on every run.
+A door never holds the service itself: it holds a `Front` (a `ReadFront` for the read-only viewer), which offers
+what is the same for every caller (settings, the pool catalogue, metrics, warm-up) and, for a request's principal
+(core/principal.py), `Reads` or `Access`: the run operations, each checked. A run recorded as another
+principal's is RunNotFound, exactly as a run that does not exist (a door answers 404, never 403, so run ids tell
+nothing), lists hold the principal's own runs, and the runs it starts are recorded as its. An admin sees and acts
+on every run. The service's own run operations check nobody, and no door can reach them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.config import Settings
+from conductor_mcp.core.events import ProgressCallback
 from conductor_mcp.core.host_model import HostModel
-from conductor_mcp.core.limits import CANCEL_GRACE_S
+from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.principal import Principal
-from conductor_mcp.core.records import Run, ToolResult
+from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.usage import CostEstimate
 from conductor_mcp.errors import RunNotFound
+from conductor_mcp.service.catalogue import PoolCatalog
 from conductor_mcp.service.reader import RunReader
 from conductor_mcp.service.service import Service
+from conductor_mcp.telemetry.observer import Telemetry
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _checked(operation: Callable[Concatenate[Any, str, P], R]) -> Callable[Concatenate[Reads, str, P], R]:
+    """The reader's (or service's) own `operation`, which takes a run id first, for the runs this principal may
+    see: RunNotFound, before anything is done, for any other. One signature, the operation's, for both."""
+    name = operation.__name__
+
+    @functools.wraps(operation)
+    def checked(self: Reads, run_id: str, *args: P.args, **kwargs: P.kwargs) -> R:
+        self.get_run(run_id)
+        return getattr(self.reader, name)(run_id, *args, **kwargs)  # the instance's: Service overrides follow
+
+    return checked
 
 
 class Reads:
@@ -38,27 +61,23 @@ class Reads:
     def get_run(self, run_id: str) -> Run:
         return self.visible(self.reader.get_run(run_id))
 
+    def run_pool(self, run: Run) -> Pool:
+        """As RunReader.run_pool, for a run this principal may see."""
+        return self.reader.run_pool(self.visible(run))
+
     def list_runs(self, limit: int = 20, status: str | None = None, **filters: Any) -> list[dict[str, Any]]:
         """The principal's runs, newest first (an admin's: everyone's); `filters` as RunReader.list_runs."""
-        mine = None if self.principal.admin else self.principal.name
-        return self.reader.list_runs(limit, status, principal=mine, **filters)
+        return self.reader.list_runs(limit, status, principal=self._owner_filter(), **filters)
 
     def count_runs(self, status: str | None = None, *, pool: str | None = None) -> int:
         """How many of the principal's runs (an admin's: everyone's) match the list's filters."""
-        return self.reader.count_runs(
-            status, pool=pool, principal=None if self.principal.admin else self.principal.name
-        )
+        return self.reader.count_runs(status, pool=pool, principal=self._owner_filter())
 
-    def step_messages(self, run_id: str, key: str) -> list[dict[str, Any]] | None:
-        self.get_run(run_id)
-        return self.reader.step_messages(run_id, key)
+    def _owner_filter(self) -> str | None:
+        return None if self.principal.admin else self.principal.name
 
-    async def follow(
-        self, run_id: str, heartbeat_s: float | None = None, coalesce: bool = False
-    ) -> AsyncGenerator[ProgressEvent, None]:
-        self.get_run(run_id)
-        async for event in self.reader.follow(run_id, heartbeat_s, coalesce):
-            yield event
+    step_messages = _checked(RunReader.step_messages)
+    follow = _checked(RunReader.follow)
 
 
 class Access(Reads):
@@ -78,30 +97,49 @@ class Access(Reads):
     def start(self, request: RunRequest, host: HostModel | None = None) -> Run:
         return self.service.start(self._asked(request), host=host)
 
-    def continue_run(self, run_id: str, feedback: str | None = None, host: HostModel | None = None) -> Run:
-        """As Service.continue_run; a follow-up run belongs to the principal of the run it follows."""
-        self.get_run(run_id)
-        return self.service.continue_run(run_id, feedback, host)
+    def estimate(self, run: Run) -> CostEstimate:
+        """As Service.estimate, for a run this principal may see."""
+        return self.service.estimate(self.visible(run))
 
-    def answer_tool_calls(self, run_id: str, results: list[ToolResult]) -> Run:
-        self.get_run(run_id)
-        return self.service.answer_tool_calls(run_id, results)
+    executes_here = _checked(Service.executes_here)
+    continue_run = _checked(Service.continue_run)  # a follow-up run belongs to the principal of the run it follows
+    answer_tool_calls = _checked(Service.answer_tool_calls)
+    cancel = _checked(Service.cancel)
+    wait = _checked(Service.wait)
 
-    async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
-        self.get_run(run_id)
-        return await self.service.cancel(run_id, wait_s)
 
-    async def wait(
-        self,
-        run_id: str,
-        timeout_s: float | None,
-        on_event: ProgressCallback | None = None,
-        heartbeat_s: float | None = None,
-        *,
-        cancel_on_exit: bool = False,
-        coalesce: bool = False,
-    ) -> Run:
-        self.get_run(run_id)
-        return await self.service.wait(
-            run_id, timeout_s, on_event, heartbeat_s, cancel_on_exit=cancel_on_exit, coalesce=coalesce
-        )
+class ReadFront:
+    """What a read-only door (the viewer) holds of a run reader: the settings, the pools, and each principal's
+    `Reads`."""
+
+    def __init__(self, reader: RunReader) -> None:
+        self._reader = reader
+
+    @property
+    def settings(self) -> Settings:
+        return self._reader.settings
+
+    @property
+    def pools(self) -> PoolCatalog:
+        return self._reader.pools
+
+    def reads(self, principal: Principal) -> Reads:
+        return Reads(self._reader, principal)
+
+
+class Front(ReadFront):
+    """What a door holds of the service: the read front, metrics, warm-up, and each principal's `Access`."""
+
+    def __init__(self, service: Service) -> None:
+        super().__init__(service)
+        self._service = service
+
+    @property
+    def telemetry(self) -> Telemetry:
+        return self._service.telemetry
+
+    def warm_up(self) -> None:
+        self._service.warm_up()
+
+    def access(self, principal: Principal) -> Access:
+        return Access(self._service, principal)

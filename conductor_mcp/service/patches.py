@@ -18,8 +18,8 @@ from conductor_mcp.core.final_work import final_work
 from conductor_mcp.core.limits import MAX_FILES_LISTED, METADATA_VALUE_CHARS
 from conductor_mcp.core.records import Run
 from conductor_mcp.errors import RequestError, StepNotFound
+from conductor_mcp.service.catalogue import PoolCatalog
 from conductor_mcp.service.files import workspace_in_roots
-from conductor_mcp.service.service import Service
 
 WorkspaceArg = Annotated[
     str | None,
@@ -56,9 +56,9 @@ class PatchSummary(BaseModel):
     apply_error: str | None = Field(default=None, description="why it was not applied, when apply was asked for")
 
 
-def wants_workspace(service: Service, workspace: str | None, pool: str | None) -> bool:
+def wants_workspace(pools: PoolCatalog, workspace: str | None, pool: str | None) -> bool:
     """Whether a request needs its workspace checked: it names one, or its pool has workers that work in one."""
-    return workspace is not None or any(w.needs_workspace() for w in service.pools.for_request(pool).workers)
+    return workspace is not None or any(w.needs_workspace() for w in pools.for_request(pool).workers)
 
 
 def patch_metadata(run: Run) -> dict[str, str]:

@@ -8,18 +8,16 @@ their events instead.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.choice import pool_view
-from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.limits import MAX_RUNS_LISTED
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.records import Run
-from conductor_mcp.engine.progress import emit
 from conductor_mcp.errors import RequestError
 from conductor_mcp.runs.backends import open_liveness, open_store
 from conductor_mcp.runs.follow import poll_store
@@ -97,31 +95,3 @@ class RunReader:
         """The run's progress from now until it stops running (nothing for a run that is not running)."""
         async for event in poll_store(lambda: self.get_run(run_id), heartbeat_s):
             yield event
-
-    async def wait(
-        self,
-        run_id: str,
-        timeout_s: float | None,
-        on_event: ProgressCallback | None = None,
-        heartbeat_s: float | None = None,
-        *,
-        coalesce: bool = False,
-    ) -> Run:
-        """Follow a run up to `timeout_s` (None: to its end), relaying its progress to `on_event`; the run as it
-        stands then (still `running` past the timeout: it goes on). `coalesce`: events that arrive together are
-        relayed as one (a door that pays a wire message per event)."""
-        await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
-        return self.get_run(run_id)
-
-
-async def relay_until(
-    events: AsyncGenerator[ProgressEvent, None], timeout_s: float | None, on_event: ProgressCallback | None
-) -> None:
-    """Relay `events` to `on_event` until they end or `timeout_s` passes (then the events are closed)."""
-    try:
-        async with asyncio.timeout(timeout_s) as deadline, contextlib.aclosing(events) as following:
-            async for event in following:
-                await emit(on_event, event)
-    except TimeoutError:
-        if not deadline.expired():
-            raise

@@ -45,7 +45,7 @@ from conductor_mcp.runs.reclaim import Reclaimer
 from conductor_mcp.runs.store import Store
 from conductor_mcp.runtime.lifetimes import TaskOwner
 from conductor_mcp.runtime.logs import get_logger
-from conductor_mcp.service.reader import RunReader, relay_until
+from conductor_mcp.service.reader import RunReader
 from conductor_mcp.telemetry.observer import Telemetry
 
 if TYPE_CHECKING:
@@ -404,3 +404,16 @@ class Service(RunReader):
         if run.status != "running" or run.id in self._active:
             return False
         return run.owner == self._lease.token or not self._lease.is_alive(run.owner)
+
+
+async def relay_until(
+    events: AsyncGenerator[ProgressEvent, None], timeout_s: float | None, on_event: ProgressCallback | None
+) -> None:
+    """Relay `events` to `on_event` until they end or `timeout_s` passes (then the events are closed)."""
+    try:
+        async with asyncio.timeout(timeout_s) as deadline, contextlib.aclosing(events) as following:
+            async for event in following:
+                await emit(on_event, event)
+    except TimeoutError:
+        if not deadline.expired():
+            raise

@@ -14,6 +14,7 @@ from mcp.client import Client
 
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool, worker, write_pool
 
@@ -83,7 +84,7 @@ async def test_keys_never_leak(tmp_path: Path, pool_dir: Path, faulty_base: str)
     os.environ["MY_WORKER_VAR"] = WORKER_KEY  # this process reads resources; make it know the names too
     try:
         settings = Settings.from_env(state_dir=state, pool_path=(pool_dir,))
-        async with Service.open(settings) as service, Client(build_server(service)) as client:
+        async with Service.open(settings) as service, Client(build_server(Front(service))) as client:
             for run in runs.values():
                 outputs.append((await client.read_resource(f"conductor://runs/{run['id']}")).contents[0].text)
                 for step in run["steps"]:
@@ -118,7 +119,7 @@ async def test_pool_resource_masks_header_values_and_url_credentials(pool_dir: P
     workers = [worker("http://127.0.0.1:9", "ok", api_key_file="/keys/worker.txt")]
     write_pool(pool_dir, {"name": "masked", "conductor": conductor, "workers": workers})
     settings = Settings.from_env().with_pool_dirs_first(pool_dir)
-    async with Service.open(settings) as service, Client(build_server(service)) as client:
+    async with Service.open(settings) as service, Client(build_server(Front(service))) as client:
         text = (await client.read_resource("conductor://pools/masked")).contents[0].text
     for secret in ("pa55word-in-url", "bob", "q-SECRETquery-123", "hdr-SECRET", "tok-SECRET", "frag-SECRET"):
         assert secret not in text

@@ -13,6 +13,7 @@ import pytest
 from mcp.client import Client
 
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import HttpServer, sim_pool_doc, write_pool
 
@@ -22,7 +23,7 @@ TASK = "Write a Python function that reverses a list, and test it."
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_orchestrate_and_plan_take_a_choice_over_mcp(service: Service, pool_dir: Path, mode: str) -> None:
     write_pool(pool_dir, sim_pool_doc(name="open", anonymize=False))
-    async with Client(build_server(service), mode=mode) as client:
+    async with Client(build_server(Front(service)), mode=mode) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         for name in ("orchestrate", "plan"):
             schema = tools[name].input_schema

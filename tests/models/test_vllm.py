@@ -25,6 +25,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.models import local
 from conductor_mcp.models.local import free_port
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import orchestrate, plan, write_pool
 
@@ -208,7 +209,7 @@ async def test_a_lora_adapter_served_as_the_conductor_answers_orchestrate_throug
         },
     )
     async with Service.open(Settings.from_env(state_dir=pool_dir / "state", pool_path=(pool_dir,))) as service:
-        async with Client(build_server(service)) as client:
+        async with Client(build_server(Front(service))) as client:
             result = await client.call_tool(
                 "orchestrate", {"task": "Easy math task. Pitfall: units.", "pool": "adapter"}
             )

@@ -18,6 +18,7 @@ from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import RunNotFound
 from conductor_mcp.runs.store import safe_text
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import ask, sim_pool_doc, write_pool
 
@@ -37,7 +38,7 @@ async def any_service(request: pytest.FixtureRequest, tmp_path: Path, pool_dir: 
 
 @contextlib.asynccontextmanager
 async def serving(service: Service) -> AsyncIterator[httpx.AsyncClient]:
-    app = http_app(build_server(service), "127.0.0.1", TOKEN, [], service)
+    app = http_app(build_server(Front(service)), "127.0.0.1", TOKEN, [], Front(service))
     assert isinstance(app, BearerTokenMiddleware)
     async with app.app.router.lifespan_context(app.app):
         transport = httpx.ASGITransport(app=app)
@@ -62,7 +63,7 @@ async def test_a_nul_in_a_run_poisons_nothing(any_service: Service) -> None:
         page = await client.get("/ui/")
         assert page.status_code == 200 and run.id in page.text
         assert (await client.get(f"/ui/runs/{run.id}")).status_code == 200
-        async with Client(build_server(any_service)) as mcp:
+        async with Client(build_server(Front(any_service))) as mcp:
             runs = await mcp.call_tool("runs", {})
         assert not runs.is_error and run.id in str(runs.structured_content)
 

@@ -22,6 +22,7 @@ from mcp.client import Client
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import RequestError
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.files import effective_roots, read_context_files
 from conductor_mcp.service.service import Service
 from tests.conftest import HttpServer
@@ -58,13 +59,15 @@ def roots_callback(*roots: Path | str) -> Any:
 
 
 async def plan_files(service: Service, files: list[str], **client: Any) -> types.CallToolResult:
-    async with Client(build_server(service), mode="legacy", **client) as session:
+    async with Client(build_server(Front(service)), mode="legacy", **client) as session:
         return await session.call_tool("plan", {"task": "t", "pool": "testpool", "files": files})
 
 
 async def test_files_inside_the_clients_roots_reach_the_workers_and_the_record(service: Service, project: Path) -> None:
     """Legacy-era hosts (today's) declare roots; the server asks for them and reads only inside them."""
-    async with Client(build_server(service), mode="legacy", list_roots_callback=roots_callback(project)) as client:
+    async with Client(
+        build_server(Front(service)), mode="legacy", list_roots_callback=roots_callback(project)
+    ) as client:
         result = await client.call_tool(
             "orchestrate", {"task": "Find the bug.", "pool": "testpool", "files": ["src/calc.py"]}
         )
@@ -111,7 +114,7 @@ async def test_without_client_roots_the_servers_roots_apply(
 
     write_pool(pool_dir, sim_pool_doc())
     settings = Settings.from_env(state_dir=tmp_path / "state", roots=(project,)).with_pool_dirs_first(pool_dir)
-    async with Service.open(settings) as service, Client(build_server(service), mode=mode) as client:
+    async with Service.open(settings) as service, Client(build_server(Front(service)), mode=mode) as client:
         inside = await client.call_tool("plan", {"task": "t", "pool": "testpool", "files": ["src/calc.py"]})
         outside = await client.call_tool(
             "plan", {"task": "t", "pool": "testpool", "files": [str(tmp_path / "secret.txt")]}

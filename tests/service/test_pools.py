@@ -17,6 +17,7 @@ from mcp.client import Client
 from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import PoolError
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.catalogue import PoolCatalog, default_pool, diagnose, load_pool, missing_keys, problems
 from conductor_mcp.service.service import Service
 from tests.conftest import sim_pool_doc, write_pool
@@ -147,7 +148,10 @@ def test_listings_show_broken_files_and_the_rest_still_work(broken_dir: Path, tm
 
 
 async def test_mcp_tools_work_beside_a_broken_pool_file(broken_dir: Path, tmp_path: Path) -> None:
-    async with Service.open(settings_on(broken_dir, tmp_path)) as service, Client(build_server(service)) as client:
+    async with (
+        Service.open(settings_on(broken_dir, tmp_path)) as service,
+        Client(build_server(Front(service))) as client,
+    ):
         listing = await client.call_tool("pools", {})
         run = await client.call_tool("orchestrate", {"task": "What is 6 times 7?"})
         stored = service.get_run(run.structured_content["run_id"])

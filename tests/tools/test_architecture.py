@@ -14,7 +14,8 @@ def test_the_package_keeps_its_layers() -> None:
         [sys.executable, str(ROOT / "tools" / "architecture.py")], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    for rule in ("import cycles: 0", "imports upward: 0", "imports sideways: 0", "imports past the service: 0"):
+    rules = ("import cycles: 0", "imports upward: 0", "imports sideways: 0", "imports past the service: 0")
+    for rule in (*rules, "imports behind the front: 0"):
         assert rule in result.stdout, result.stdout
 
 
@@ -105,6 +106,22 @@ def test_a_door_reaching_past_the_service_is_caught(tmp_path: Path) -> None:
     assert result.returncode == 1 and "imports past the service: 5" in result.stdout, result.stdout
     for room in below:
         assert f"conductor_mcp.doors.patches -> conductor_mcp.{room}.x" in result.stdout
+
+
+def test_a_door_holding_the_raw_service_is_caught(tmp_path: Path) -> None:
+    """Doors reach runs through the service's front (every operation checked for the caller), never the service or
+    reader themselves, not even for an annotation."""
+    files = {"service/service.py": "X = 1\n", "service/reader.py": "X = 1\n", "service/access.py": "X = 1\n"}
+    files["doors/mcp/server.py"] = (
+        "from conductor_mcp.service.access import X\nfrom conductor_mcp.service.service import X\n"
+    )
+    files["doors/viewer/routes.py"] = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from conductor_mcp.service.reader import X\n"
+    )
+    result = _package(tmp_path, files)
+    assert result.returncode == 1 and "imports behind the front: 2" in result.stdout, result.stdout
+    assert "conductor_mcp.doors.mcp.server -> conductor_mcp.service.service" in result.stdout
+    assert "conductor_mcp.doors.viewer.routes -> conductor_mcp.service.reader" in result.stdout
 
 
 def test_the_cli_reaching_past_the_service_is_caught(tmp_path: Path) -> None:

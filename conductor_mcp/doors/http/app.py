@@ -41,8 +41,7 @@ from conductor_mcp.runtime.logs import get_logger, register_secret
 from conductor_mcp.runtime.private import open_private, private_dir, private_file
 
 if TYPE_CHECKING:
-    from conductor_mcp.service.reader import RunReader
-    from conductor_mcp.service.service import Service
+    from conductor_mcp.service.access import Front, ReadFront
 
 log = get_logger(__name__)
 
@@ -196,7 +195,7 @@ def http_app(
     host: str,
     token: str | None,
     allowed_hosts: list[str],
-    service: Service | None = None,
+    service: Front | None = None,
     viewer: ViewerAuth | None = None,
     links: Links | None = None,
 ) -> Any:
@@ -217,7 +216,7 @@ def http_app(
     return BearerTokenMiddleware(app, viewer) if token else app
 
 
-def viewer_app(service: RunReader, host: str, token: str, viewer: ViewerAuth) -> Any:
+def viewer_app(service: ReadFront, host: str, token: str, viewer: ViewerAuth) -> Any:
     """The run viewer alone (`conductor-mcp view`): read only, behind the Host check and its own token."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
@@ -245,7 +244,7 @@ def uvicorn_server(config: Any) -> Any:
     return Server(config)
 
 
-def connection_limits(service: RunReader) -> dict[str, Any]:
+def connection_limits(service: ReadFront) -> dict[str, Any]:
     """uvicorn's settings for slow and half-open connections and keep-alive (doors/http/guards.py)."""
     settings = service.settings
     protocol = guarded_http(settings.http_header_timeout_s, connection_cap(settings.http_max_connections))
@@ -264,7 +263,7 @@ def viewer_links(host: str, port: int) -> Links:
 
 
 async def serve_http(
-    service: Service,
+    service: Front,
     host: str,
     port: int,
     token: str | None,
@@ -299,7 +298,7 @@ async def serve_http(
 
 
 async def serve_viewer(
-    service: RunReader, host: str, port: int, token: str, viewer: ViewerAuth, announce: Callable[[int], None]
+    service: ReadFront, host: str, port: int, token: str, viewer: ViewerAuth, announce: Callable[[int], None]
 ) -> None:
     """`conductor-mcp view`: the viewer alone on loopback until stopped. `announce` hears the port (0 picks a
     free one) once the socket listens, so the first click on the URL it prints is served."""

@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from conductor_mcp.doors.http.principals import current_principal
 from conductor_mcp.runtime.logs import get_logger
-from conductor_mcp.service.service import Service
+from conductor_mcp.service.access import Front
 
 log = get_logger(__name__)
 
@@ -22,7 +22,7 @@ LOOPBACK = "127.0.0.1"
 ADMIN_ONLY = "/metrics needs an admin's token (CONDUCTOR_HTTP_TOKEN, or conductor-mcp tokens add NAME --admin)"
 
 
-def metrics_routes(service: Service, guard: Callable[[Request], Awaitable[Response | None]]) -> list[Route]:
+def metrics_routes(service: Front, guard: Callable[[Request], Awaitable[Response | None]]) -> list[Route]:
     """GET /metrics: the service's registry in Prometheus' text format."""
 
     async def scrape(request: Request) -> Response:
@@ -37,7 +37,7 @@ def metrics_routes(service: Service, guard: Callable[[Request], Awaitable[Respon
 
 
 @contextlib.contextmanager
-def metrics_port(service: Service, port: int | None) -> Iterator[int | None]:
+def metrics_port(service: Front, port: int | None) -> Iterator[int | None]:
     """Serve the metrics on `LOOPBACK:port` (0: a free port) for as long as the block lasts; yields the port."""
     if port is None:
         yield None

@@ -26,8 +26,7 @@ from conductor_mcp.service.access import Access, Reads
 from conductor_mcp.service.tokens import NamedToken, TokenBook
 
 if TYPE_CHECKING:
-    from conductor_mcp.service.reader import RunReader
-    from conductor_mcp.service.service import Service
+    from conductor_mcp.service.access import Front, ReadFront
 
 log = get_logger(__name__)
 
@@ -122,11 +121,11 @@ def current_principal() -> Principal:
     return Principal(token.client_id, admin=ADMIN_SCOPE in token.scopes)
 
 
-def access(service: Service) -> Access:
+def access(service: Front) -> Access:
     """What the current request's principal may do with runs (conductor_mcp/service/access.py)."""
-    return Access(service, current_principal())
+    return service.access(current_principal())
 
 
-def reads(reader: RunReader) -> Reads:
+def reads(reader: ReadFront) -> Reads:
     """The runs the current request's principal may read."""
-    return Reads(reader, current_principal())
+    return reader.reads(current_principal())

@@ -42,9 +42,8 @@ from conductor_mcp.core.usage import Totals
 from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.viewer.svg import graph_layout, source_key, timeline_layout
 from conductor_mcp.errors import RequestError
-from conductor_mcp.service.access import Reads
+from conductor_mcp.service.access import Front, Reads
 from conductor_mcp.service.patches import PatchSummary, patch_summary, patch_uri
-from conductor_mcp.service.service import Service
 
 APP_URI = "ui://conductor/run-view.html"
 UI_META: dict[str, Any] = {"ui": {"resourceUri": APP_URI}}
@@ -209,7 +208,7 @@ async def next_change(reads: Reads, run_id: str, seen: str | None, wait_s: float
     return reads.get_run(run_id)
 
 
-def apps_extension(service: Service, tool_errors: Callable[[], AbstractContextManager[None]]) -> Apps:
+def apps_extension(service: Front, tool_errors: Callable[[], AbstractContextManager[None]]) -> Apps:
     """The app's resource and its app-only tools (hosts keep `visibility: ["app"]` tools from their model);
     `tool_errors` maps the error tree for a tool's caller (doors/mcp/server.py's)."""
     apps = Apps()

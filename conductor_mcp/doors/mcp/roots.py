@@ -12,9 +12,9 @@ from conductor_mcp.core.prompts import with_files
 from conductor_mcp.core.request import FileRef
 from conductor_mcp.errors import RequestError
 from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.files import effective_roots, read_context_files, roots_from_uris, workspace_in_roots
 from conductor_mcp.service.patches import wants_workspace
-from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -36,7 +36,7 @@ async def client_roots(ctx: Context) -> list[Path] | None:
 
 
 async def context_with_files(
-    ctx: Context, service: Service, context: str | None, files: list[str] | None
+    ctx: Context, service: Front, context: str | None, files: list[str] | None
 ) -> tuple[str | None, tuple[FileRef, ...]]:
     """The caller's context with the named files appended (each marked with its path), and their records."""
     if not files:
@@ -46,14 +46,14 @@ async def context_with_files(
     return with_files(context, [(f.ref.path, f.text) for f in read]), tuple(f.ref for f in read)
 
 
-async def workspace_of(ctx: Context, service: Service, workspace: str | None, pool: str | None) -> str | None:
+async def workspace_of(ctx: Context, service: Front, workspace: str | None, pool: str | None) -> str | None:
     """The repository the run's agents work on (checked against the roots), when one is named or its pool has
     workers that need one; the client's roots only narrow the server's."""
-    if not wants_workspace(service, workspace, pool):
+    if not wants_workspace(service.pools, workspace, pool):
         return None
     return str(workspace_in_roots(workspace, await caller_roots(ctx, service)))
 
 
-async def caller_roots(ctx: Context, service: Service) -> list[Path]:
+async def caller_roots(ctx: Context, service: Front) -> list[Path]:
     """The roots this caller may name: the server's, narrowed by the client's."""
     return effective_roots(service.settings.file_roots, await client_roots(ctx))

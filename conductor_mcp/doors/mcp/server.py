@@ -60,8 +60,8 @@ from conductor_mcp.doors.mcp.tasks import TasksExtension, hand_over
 from conductor_mcp.doors.render import Links, to_markdown
 from conductor_mcp.errors import ConductorError, PoolError
 from conductor_mcp.runtime.logs import get_logger
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.patches import ApplyArg, WorkspaceArg, apply_final_patch, patch_summary, step_change
-from conductor_mcp.service.service import Service
 
 log = get_logger(__name__)
 
@@ -140,7 +140,7 @@ class ProgressRelay:
 class Door:
     """What every tool shares: the service, and where the viewer shows a run."""
 
-    def __init__(self, service: Service, links: Links) -> None:
+    def __init__(self, service: Front, links: Links) -> None:
         self.service = service
         self.links = links
 
@@ -172,7 +172,7 @@ class WarmAfterHandshake:
     been answered (tools/list, for hosts that list tools first): the handshake is answered without litellm, which
     the first run then finds loaded."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Front) -> None:
         self.service = service
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -182,7 +182,7 @@ class WarmAfterHandshake:
         return result
 
 
-def build_server(service: Service, links: Links | None = None) -> MCPServer:
+def build_server(service: Front, links: Links | None = None) -> MCPServer:
     links = links or Links()
     server = MCPServer(
         "conductor-mcp",
@@ -201,7 +201,7 @@ def build_server(service: Service, links: Links | None = None) -> MCPServer:
     return server
 
 
-async def serve_stdio(service: Service) -> None:
+async def serve_stdio(service: Front) -> None:
     """The MCP door on stdin/stdout (the host starts this process); a message over 4 MiB is dropped."""
     with bounded_stdin():
         await build_server(service).run_stdio_async()
@@ -282,8 +282,9 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
                 workers=workers,
                 workspace=where,
             )
-            run = await access(service).plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
-            return plan_result(run, service.run_pool(run), service.estimate(run))
+            mine = access(service)
+            run = await mine.plan(request, on_event=ProgressRelay(ctx), sampling=host_of(ctx) is not None)
+            return plan_result(run, mine.run_pool(run), mine.estimate(run))
 
     @server.tool(
         meta=UI_META,
@@ -302,13 +303,14 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         apply: ApplyArg = False,
     ) -> Annotated[CallToolResult, RunResult]:
         with conductor_errors():
-            collecting = service.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = access(service).continue_run(run_id, feedback, host_of(ctx))
-            resumed = run.id != run_id or (not collecting and service.executes_here(run.id))
+            mine = access(service)
+            collecting = mine.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
+            run = mine.continue_run(run_id, feedback, host_of(ctx))
+            resumed = run.id != run_id or (not collecting and mine.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed, apply=apply)
 
 
-def _register_read_tools(server: MCPServer, service: Service) -> None:
+def _register_read_tools(server: MCPServer, service: Front) -> None:
     @server.tool(
         title="List recent runs",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
@@ -332,7 +334,7 @@ def _register_read_tools(server: MCPServer, service: Service) -> None:
         return PoolsResult(default_pool=catalog.default_name(), pools=infos)
 
 
-def _register_resources(server: MCPServer, service: Service) -> None:
+def _register_resources(server: MCPServer, service: Front) -> None:
     @server.resource(
         "conductor://runs/{run_id}",
         mime_type="application/json",
@@ -378,7 +380,7 @@ def _register_resources(server: MCPServer, service: Service) -> None:
         )
 
 
-def _register_patch_resources(server: MCPServer, service: Service) -> None:
+def _register_patch_resources(server: MCPServer, service: Front) -> None:
     @server.resource(
         "conductor://runs/{run_id}/steps/{index}/diff",
         mime_type="text/x-diff",

@@ -32,7 +32,7 @@ from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.mcp.results import Detail, run_result
 from conductor_mcp.doors.render import Links
 from conductor_mcp.errors import ConductorError, RunNotFound
-from conductor_mcp.service.service import Service
+from conductor_mcp.service.access import Front
 
 TASKS = "io.modelcontextprotocol/tasks"
 TASK_TOOLS = frozenset({"orchestrate", "continue_workflow"})
@@ -110,7 +110,7 @@ class TasksExtension(Extension):
 
     identifier = TASKS
 
-    def __init__(self, service: Service, links: Links | None = None) -> None:
+    def __init__(self, service: Front, links: Links | None = None) -> None:
         self.service = service
         self.links = links or Links()
         self.details: OrderedDict[str, Detail] = (

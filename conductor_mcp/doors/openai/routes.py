@@ -54,7 +54,7 @@ from conductor_mcp.service.files import workspace_in_roots
 from conductor_mcp.service.patches import wants_workspace
 
 if TYPE_CHECKING:
-    from conductor_mcp.service.service import Service
+    from conductor_mcp.service.access import Front
 
 log = get_logger(__name__)
 
@@ -104,7 +104,7 @@ def progress_line(event: ProgressEvent) -> str:
 class OpenAIDoor:
     """The routes' handlers over one service; `guard` is the server's Host/Origin check (None: none)."""
 
-    def __init__(self, service: Service, guard: Guard | None = None, links: Links | None = None) -> None:
+    def __init__(self, service: Front, guard: Guard | None = None, links: Links | None = None) -> None:
         self.service = service
         self.guard = guard
         self.links = links or Links()
@@ -205,7 +205,7 @@ class OpenAIDoor:
     def _start(self, asked: Asked) -> Run:
         pool = self.service.pools.pool_of_model(asked.model)
         fields = dict(asked.run_fields)
-        if wants_workspace(self.service, fields.get("workspace"), pool):  # metadata.workspace, else the first root
+        if wants_workspace(self.service.pools, fields.get("workspace"), pool):  # metadata.workspace, else the 1st root
             fields["workspace"] = str(workspace_in_roots(fields.get("workspace"), self.service.settings.file_roots))
         request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **fields)
         run = access(self.service).start(request)
@@ -265,6 +265,6 @@ def _with_run_id(response: Response, run: Run, viewer: str | None) -> Response:
     return response
 
 
-def openai_routes(service: Service, guard: Guard | None = None, links: Links | None = None) -> list[Route]:
+def openai_routes(service: Front, guard: Guard | None = None, links: Links | None = None) -> list[Route]:
     """The door's routes, for doors/http/app.py to mount beside /mcp."""
     return OpenAIDoor(service, guard, links).routes()

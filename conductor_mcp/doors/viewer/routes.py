@@ -38,7 +38,7 @@ from conductor_mcp.service.access import Reads
 from conductor_mcp.service.tokens import TokenBook
 
 if TYPE_CHECKING:
-    from conductor_mcp.service.reader import RunReader
+    from conductor_mcp.service.access import ReadFront
 
 Guard = Callable[[Request], Awaitable[Response | None]]
 Handler = Callable[[Request], Awaitable[Response]]
@@ -161,7 +161,7 @@ def event_doc(event: ProgressEvent) -> dict[str, Any]:
 class Viewer:
     """The viewer's routes over a run reader (read only)."""
 
-    def __init__(self, service: RunReader, auth: ViewerAuth, guard: Guard | None = None) -> None:
+    def __init__(self, service: ReadFront, auth: ViewerAuth, guard: Guard | None = None) -> None:
         self.service = service
         self.auth = auth
         self.guard = guard
@@ -288,5 +288,5 @@ def viewer_error(exc: ConductorError) -> Response:
     return secured(HTMLResponse(html.message_page("Bad request", str(exc)), status_code=400))
 
 
-def viewer_routes(service: RunReader, auth: ViewerAuth, guard: Guard | None = None) -> list[Route]:
+def viewer_routes(service: ReadFront, auth: ViewerAuth, guard: Guard | None = None) -> list[Route]:
     return Viewer(service, auth, guard).routes()

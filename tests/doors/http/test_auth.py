@@ -22,6 +22,7 @@ from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.doors.viewer.routes import ViewerAuth
 from conductor_mcp.errors import RequestError
 from conductor_mcp.models.local import free_port
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import INITIALIZE, MCP_ACCEPT, in_service, server_env
 
@@ -34,7 +35,7 @@ async def serving(
     tmp_path: Path, auth: ViewerAuth | None = None, base: str = "http://127.0.0.1:8765", client: str = "127.0.0.1"
 ) -> AsyncIterator[httpx.AsyncClient]:
     async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
-        app = http_app(build_server(service), "127.0.0.1", TOKEN, [], service, auth)
+        app = http_app(build_server(Front(service)), "127.0.0.1", TOKEN, [], Front(service), auth)
         assert isinstance(app, BearerTokenMiddleware)
         async with app.app.router.lifespan_context(app.app):
             transport = httpx.ASGITransport(app=app, client=(client, 40000))
@@ -127,7 +128,7 @@ def test_weak_tokens_are_named(token: str, weak: bool) -> None:
 
 def test_a_weak_token_is_refused_off_loopback_and_warned_about_on_it(tmp_path: Path) -> None:
     async def refused_in_process(service: Service) -> None:
-        server = build_server(service)
+        server = build_server(Front(service))
         with pytest.raises(RequestError, match="too weak to serve beyond this machine"):
             http_app(server, "0.0.0.0", "a", [])
         assert isinstance(http_app(server, "0.0.0.0", TOKEN, []), BearerTokenMiddleware)

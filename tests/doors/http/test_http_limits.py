@@ -17,6 +17,7 @@ import pytest
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import MCP_ACCEPT, HttpServer
 
@@ -29,7 +30,7 @@ CAPS = {"/mcp": 4 * MIB, "/v1/responses": 8 * MIB, "/v1/chat/completions": 8 * M
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with Service.open(Settings.from_env(state_dir=tmp_path / "state")) as service:
-        app = http_app(build_server(service), "127.0.0.1", TOKEN, [], service)
+        app = http_app(build_server(Front(service)), "127.0.0.1", TOKEN, [], Front(service))
         assert isinstance(app, BearerTokenMiddleware)
         async with app.app.router.lifespan_context(app.app):
             transport = httpx.ASGITransport(app=app)

@@ -18,6 +18,7 @@ from conductor_mcp.config import Settings
 from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app, machine_names, stored_token
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.errors import SettingsError
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import INITIALIZE
 
@@ -28,7 +29,7 @@ TOKEN = "t0ken-for-the-tests-0123456789-abcdefghij"  # strong enough to serve be
 async def serving(tmp_path: Path, host: str, allowed: list[str]) -> AsyncIterator[httpx.AsyncClient]:
     """The app with its lifespan running (so an accepted request gets a real MCP answer) and a client for it."""
     async with Service.open(Settings.from_env(state_dir=tmp_path)) as service:
-        app = http_app(build_server(service), host, TOKEN, allowed)
+        app = http_app(build_server(Front(service)), host, TOKEN, allowed)
         assert isinstance(app, BearerTokenMiddleware)
         async with app.app.router.lifespan_context(app.app):
             transport = httpx.ASGITransport(app=app)

@@ -37,6 +37,7 @@ from starlette.routing import Route
 from conductor_mcp.doors.mcp.app import APP_ONLY_TOOLS, APP_URI
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.models import sim_agent
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.agents.conftest import needs_bwrap
 from tests.agents.repos import caller_repo
@@ -336,7 +337,7 @@ def test_the_run_view_in_a_host_follows_cancels_continues_and_applies_a_run(
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_client_without_apps_sees_the_server_as_before(service: Service, mode: str) -> None:
-    async with Client(build_server(service), mode=mode) as client:
+    async with Client(build_server(Front(service)), mode=mode) as client:
         tools = (await client.list_tools()).tools
         resources = (await client.list_resources()).resources
         templates = (await client.list_resource_templates()).resource_templates
@@ -353,7 +354,7 @@ async def test_a_client_without_apps_sees_the_server_as_before(service: Service,
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_an_apps_client_gets_the_run_view(service: Service, mode: str) -> None:
-    async with Client(build_server(service), mode=mode, extensions=[APPS]) as client:
+    async with Client(build_server(Front(service)), mode=mode, extensions=[APPS]) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         app = (await client.read_resource(APP_URI)).contents[0]
         run = (await client.call_tool("orchestrate", {"task": "What is 2+2?", "pool": "testpool"})).structured_content

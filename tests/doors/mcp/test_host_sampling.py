@@ -15,6 +15,7 @@ from mcp_types import CreateMessageRequestParams, CreateMessageResult, TextConte
 
 from conductor_mcp.doors.mcp.sampling import host_of
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool, sim_pool_doc, write_pool
 
@@ -69,7 +70,7 @@ async def test_a_host_step_is_a_sampling_request_to_the_session_that_asked(servi
         anonymize=False,
     )
     host = Host()
-    async with Client(build_server(service), mode="legacy", sampling_callback=host) as client:
+    async with Client(build_server(Front(service)), mode="legacy", sampling_callback=host) as client:
         result = await client.call_tool("orchestrate", {"task": "What is 6 * 7?", "pool": "hosted"})
     data = result.structured_content
     assert not result.is_error and data["status"] == "done", result.content
@@ -88,14 +89,14 @@ async def test_a_host_step_is_a_sampling_request_to_the_session_that_asked(servi
 
 async def test_a_client_without_sampling_is_not_offered_the_host(service: Service, pool_dir: Path) -> None:
     write_pool(pool_dir, with_host(name="maybe"))
-    async with Client(build_server(service), mode="legacy") as client:
+    async with Client(build_server(Front(service)), mode="legacy") as client:
         result = await client.call_tool("orchestrate", {"task": "Write and test a sort in Python.", "pool": "maybe"})
         data = result.structured_content
         assert data["status"] == "done" and data["workers"] == ["alpha", "beta", "gamma"]
         assert "host" not in {s["worker"] for s in data["steps"]}
         only = await client.call_tool("plan", {"task": "x", "pool": "maybe", "workers": {"only": ["host"]}})
         assert only.is_error and "only the host's model is left (host)" in only.content[0].text
-    async with Client(build_server(service), mode="auto", sampling_callback=Host()) as modern:  # 2026-07-28 era
+    async with Client(build_server(Front(service)), mode="auto", sampling_callback=Host()) as modern:  # 2026-07-28 era
         result = await modern.call_tool("plan", {"task": "x", "pool": "maybe", "workers": {"only": ["host", "beta"]}})
         assert result.structured_content["workers"] == ["beta"]
 
@@ -103,7 +104,7 @@ async def test_a_client_without_sampling_is_not_offered_the_host(service: Servic
 async def test_the_step_fails_named_when_the_session_ends(service: Service, pool_dir: Path) -> None:
     scripted_pool(pool_dir, "gone", [("host", "Answer.", [])], workers=with_host()["workers"], anonymize=False)
     host = Host(hold=True)
-    async with Client(build_server(service), mode="legacy", sampling_callback=host) as client:
+    async with Client(build_server(Front(service)), mode="legacy", sampling_callback=host) as client:
         result = await client.call_tool("orchestrate", {"task": "t", "pool": "gone", "wait_seconds": 0})
         run_id = result.structured_content["run_id"]
         with anyio.fail_after(10):
@@ -118,7 +119,7 @@ async def test_a_host_step_has_its_own_deadline_and_the_host_hears_the_cancel(se
     workers[-1] = {**workers[-1], "timeout_s": 0.3, "fallbacks": ["gamma"]}
     scripted_pool(pool_dir, "late", [("host", "Answer.", [])], workers=workers, anonymize=False)
     host = Host(hold=True)
-    async with Client(build_server(service), mode="legacy", sampling_callback=host) as client:
+    async with Client(build_server(Front(service)), mode="legacy", sampling_callback=host) as client:
         result = await client.call_tool("orchestrate", {"task": "t", "pool": "late"})
         with anyio.fail_after(10):
             await host.cancelled.wait()  # the server's notifications/cancelled ended the host's work
@@ -131,16 +132,16 @@ async def test_a_host_step_has_its_own_deadline_and_the_host_hears_the_cancel(se
 
 async def test_a_run_resumed_without_a_host_names_why(service: Service, pool_dir: Path) -> None:
     scripted_pool(pool_dir, "later", [("host", "Answer.", [])], workers=with_host()["workers"], anonymize=False)
-    async with Client(build_server(service), mode="legacy", sampling_callback=Host()) as client:
+    async with Client(build_server(Front(service)), mode="legacy", sampling_callback=Host()) as client:
         planned = await client.call_tool("plan", {"task": "t", "pool": "later"})
     run_id = planned.structured_content["run_id"]
     assert [s["worker_id"] for s in planned.structured_content["steps"]] == ["host"]
-    async with Client(build_server(service), mode="legacy") as other:
+    async with Client(build_server(Front(service)), mode="legacy") as other:
         result = await other.call_tool("continue_workflow", {"run_id": run_id})
     step = service.get_run(run_id).steps[0]
     assert result.structured_content["status"] == "failed"
     assert "no MCP session that answers sampling" in step.error
-    async with Client(build_server(service), mode="legacy", sampling_callback=Host("resumed")) as again:
+    async with Client(build_server(Front(service)), mode="legacy", sampling_callback=Host("resumed")) as again:
         resumed = await again.call_tool("continue_workflow", {"run_id": run_id})
     assert resumed.structured_content["answer"] == "resumed"
 
@@ -194,7 +195,7 @@ async def test_the_run_holds_the_session_no_longer_than_it_runs(
 
     monkeypatch.setattr(mcp_door, "host_of", recorded)
     scripted_pool(pool_dir, "held", [("host", "Answer.", [])], workers=with_host()["workers"], anonymize=False)
-    async with Client(build_server(service), mode="legacy", sampling_callback=Host()) as client:
+    async with Client(build_server(Front(service)), mode="legacy", sampling_callback=Host()) as client:
         result = await client.call_tool("orchestrate", {"task": "t", "pool": "held"})
         assert result.structured_content["status"] == "done"
     gc.collect()

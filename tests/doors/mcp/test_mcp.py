@@ -11,6 +11,7 @@ from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool
 
@@ -20,7 +21,7 @@ HARD = {"task": "Prove that the sum of two even numbers is even, step by step."}
 
 @pytest.fixture
 def mcp_server(service: Service):
-    return build_server(service)
+    return build_server(Front(service))
 
 
 class Progress:

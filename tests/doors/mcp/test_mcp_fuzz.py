@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mcp.client import Client
 
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 
 TOOLS = {
@@ -44,7 +45,7 @@ def test_any_arguments_get_a_result_or_a_readable_error(service: Service, call: 
     tool, arguments = call
 
     async def go():
-        async with Client(build_server(service)) as client:
+        async with Client(build_server(Front(service))) as client:
             return await asyncio.wait_for(client.call_tool(tool, arguments), timeout=60)
 
     result = asyncio.run(go())

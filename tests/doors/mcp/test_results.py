@@ -10,6 +10,7 @@ from mcp.client import Client
 from mcp.types import ResourceLink, TextContent
 
 from conductor_mcp.doors.mcp.server import build_server
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import scripted_pool
 
@@ -43,7 +44,7 @@ def long_pool(pool_dir: Path) -> str:
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_long_run_fits_the_hosts_and_puts_the_answer_first(service: Service, pool_dir: Path, mode: str) -> None:
     pool = long_pool(pool_dir)
-    async with Client(build_server(service), mode=mode) as client:
+    async with Client(build_server(Front(service)), mode=mode) as client:
         compact = await client.call_tool("orchestrate", {"task": "Write at length.", "pool": pool})
         run_id = compact.structured_content["run_id"]
         full = await client.call_tool("continue_workflow", {"run_id": run_id, "detail": "full"})
@@ -71,14 +72,14 @@ async def test_an_answer_past_the_limit_is_cut_with_a_pointer(service: Service, 
     huge = "x" * 60_000
     workers = [{"id": "big", "model": "openai/big", "description": "verbose", "params": {"mock_response": huge}}]
     pool = scripted_pool(pool_dir, "huge", [("big", "answer", [])], workers=workers, anonymize=False)
-    async with Client(build_server(service)) as client:
+    async with Client(build_server(Front(service))) as client:
         data = (await client.call_tool("orchestrate", {"task": "t", "pool": pool})).structured_content
     assert data["answer_chars"] == 60_000 and len(data["answer"]) < 41_000
     assert f"conductor://runs/{data['run_id']}" in data["answer"][-200:] and "detail='full'" in data["answer"][-200:]
 
 
 async def test_tools_carry_titles_and_annotations(service: Service) -> None:
-    async with Client(build_server(service)) as client:
+    async with Client(build_server(Front(service))) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
     read_only = {name for name, t in tools.items() if t.annotations and t.annotations.read_only_hint}
     assert read_only == {"plan", "runs", "pools"}

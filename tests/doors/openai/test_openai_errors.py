@@ -20,6 +20,7 @@ from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app
 from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.doors.openai.wire import chat_request, chat_tool_reply, responses_request, responses_tool_reply
 from conductor_mcp.errors import ConductorError
+from conductor_mcp.service.access import Front
 from conductor_mcp.service.service import Service
 from tests.conftest import sim_pool_doc, write_pool
 
@@ -32,7 +33,7 @@ USER = {"role": "user", "content": "hi"}
 async def serving(tmp_path: Path, pool_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     write_pool(pool_dir, sim_pool_doc())
     async with Service.open(Settings.from_env(state_dir=tmp_path / "state").with_pool_dirs_first(pool_dir)) as service:
-        app = http_app(build_server(service), "127.0.0.1", TOKEN, [], service)
+        app = http_app(build_server(Front(service)), "127.0.0.1", TOKEN, [], Front(service))
         assert isinstance(app, BearerTokenMiddleware)
         async with app.app.router.lifespan_context(app.app):
             transport = httpx.ASGITransport(app=app)

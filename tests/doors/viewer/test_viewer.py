@@ -21,6 +21,7 @@ from conductor_mcp.doors.mcp.server import build_server
 from conductor_mcp.doors.render import Links
 from conductor_mcp.doors.viewer.routes import ViewerAuth
 from conductor_mcp.doors.viewer.sessions import COOKIE
+from conductor_mcp.service.access import Front, ReadFront
 from conductor_mcp.service.service import Service
 from tests.conftest import (
     INITIALIZE,
@@ -40,7 +41,7 @@ XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2"><a hre
 
 @contextlib.asynccontextmanager
 async def serving(service: Service, auth: ViewerAuth | None = None) -> AsyncIterator[httpx.AsyncClient]:
-    app = http_app(build_server(service), "127.0.0.1", TOKEN, [], service, auth)
+    app = http_app(build_server(Front(service)), "127.0.0.1", TOKEN, [], Front(service), auth)
     assert isinstance(app, BearerTokenMiddleware)
     async with app.app.router.lifespan_context(app.app):
         transport = httpx.ASGITransport(app=app)
@@ -226,7 +227,7 @@ async def test_view_serves_the_local_user_who_sees_every_principals_runs(viewer_
         )
         viewer_service._store.save_run(run)
     with RunReader.open(viewer_service.settings) as reader:
-        app = viewer_app(reader, "127.0.0.1", TOKEN, ViewerAuth(TOKEN))
+        app = viewer_app(ReadFront(reader), "127.0.0.1", TOKEN, ViewerAuth(TOKEN))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as client:
             listing = await client.get("/ui/", headers=BEARER)
