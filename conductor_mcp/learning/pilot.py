@@ -28,14 +28,42 @@ MAX_ANSWER_CHARS = 200  # a model's completion is untrusted: only its opening is
 ANSWER_TOKENS = 12
 
 _WORDS = (
-    "apple", "river", "candle", "garden", "pencil", "silver", "monkey", "planet", "window", "basket",
-    "tiger", "orange", "castle", "button", "jungle", "rocket", "violin", "marble", "pepper", "lemon",
-)  # fmt: skip
+    "apple",
+    "river",
+    "candle",
+    "garden",
+    "pencil",
+    "silver",
+    "monkey",
+    "planet",
+    "window",
+    "basket",
+    "tiger",
+    "orange",
+    "castle",
+    "button",
+    "jungle",
+    "rocket",
+    "violin",
+    "marble",
+    "pepper",
+    "lemon",
+)
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 # (from unit, to unit, factor): answers are whole numbers by construction
 _CONVERSIONS = (
     ("meters", "centimeters", 100),
