@@ -416,7 +416,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         scorer.close()
     labels = ("before", "after_sft", "after", "after_shuffled")
     evaluation = {label: progress[f"eval_{label}"]["result"] for label in labels if progress.done(f"eval_{label}")}
-    wall = {name: phase["wall_s"] for name, phase in progress.phases.items()}
+    wall = {name: phase["wall_s"] for name, phase in progress.phases.items() if name != "grpo_earlier"}
     sft_losses = progress["sft"]["result"] if progress.done("sft") else []
     grpo = progress["grpo"]["result"]
     adapter = args.out / "adapter"
@@ -493,14 +493,17 @@ def _grpo(
     trainer = _grpo_trainer(args, policy, reward, rows, tokenizer, use_cpu, session)
     started = time.monotonic()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    # GRPO's wall time over the sessions that ended by --session-minutes (one killed outright is not counted)
+    wall_s = time.monotonic() - started + (progress["grpo_earlier"]["wall_s"] if progress.done("grpo_earlier") else 0)
     if trainer.state.global_step < args.steps and session.over():
+        progress.record("grpo_earlier", {"result": trainer.state.global_step, "wall_s": wall_s})
         session.check(f"GRPO step {trainer.state.global_step} of {args.steps}")
     if "ref" in getattr(trainer.model, "peft_config", {}):  # TRL's frozen copy of the warm start, for --beta's KL
         trainer.model.delete_adapter("ref")  # not part of the conductor: saved, it was a second adapter beside it
     trainer.save_model(str(args.out / "adapter"))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     result = {"losses": losses, "curve": reward.curve, "rollouts": reward.rollouts}
-    progress.record("grpo", {"result": result, "wall_s": time.monotonic() - started})
+    progress.record("grpo", {"result": result, "wall_s": wall_s})
     session.check("GRPO")
     return trainer.model
 

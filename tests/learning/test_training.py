@@ -432,6 +432,7 @@ def test_a_run_whose_session_ended_resumes_with_the_same_command(tmp_path: Path)
     assert json.loads((tmp_path / "trainer" / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
     assert len(card["losses"]) == 2 and len(card["reward_curve"]) == 2 and len(card["rollouts"]) == 2
     assert len(card["sft_losses"]) == 2 and set(card["held_out"]) == {"after", "after_shuffled"}
+    assert set(card["wall_s"]) == {"sft", "grpo", "eval_after", "eval_after_shuffled"}  # GRPO's over both sessions
     rows = {
         label: [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
         for label in ("after", "after_shuffled")
