@@ -23,7 +23,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where bubblewrap is missing, run code tasks' code unsandboxed (docs: Budgets, failures and security)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--out", type=Path, required=True, help="the run's folder; the same command resumes a run there"
+    )
+    parser.add_argument(
+        "--session-minutes",
+        type=float,
+        default=0,
+        help="end this session, resumable, after the phase or GRPO step that crosses this many minutes (0: no end)",
+    )
     args = parser.parse_args(argv)
     _check(parser, args)
     return args
@@ -94,6 +102,9 @@ def _grpo_options(parser: argparse.ArgumentParser) -> None:
         "--mask-truncated", action="store_true", help="leave completions cut at --max-completion-length out of the loss"
     )
     parser.add_argument("--shuffle", action="store_true", help="shuffle the training prompts")
+    parser.add_argument(
+        "--save-steps", type=int, default=1, help="checkpoint GRPO every N steps (a resume starts there)"
+    )
 
 
 def _warm_start_options(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +130,12 @@ def _warm_start_options(parser: argparse.ArgumentParser) -> None:
         "--skip-base-eval", action="store_true", help="do not score the untrained base model on the held-out tasks"
     )
     parser.add_argument("--eval-warm-start", action="store_true", help="also score the held-out tasks after SFT")
+    parser.add_argument(
+        "--eval-shuffled",
+        action="store_true",
+        help="also score the trained policy on the held-out tasks with the workers' descriptions shuffled among them "
+        "(held_out_after_shuffled.jsonl: the judge's description-shuffle ablation)",
+    )
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

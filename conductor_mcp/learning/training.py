@@ -6,6 +6,8 @@ that sub-pool by the server's executor and checked by a verifier (conductor_mcp/
 --recursion-steps steps use pools that offer the conductor itself as a worker (the paper's recursion phase).
 Output: a LoRA adapter, a card (card.json and README.md: base model, data, pool, recipe, reward curve) and
 reward_curve.png; tools/serve_conductor.py serves the adapter on vLLM. tools/train_conductor.py is the command.
+A run longer than a session resumes with the same command: finished phases are kept and GRPO continues from its
+last checkpoint (learning/resume.py; --session-minutes ends a session there by itself).
 
 The defaults are the paper's recipe (a GPU job): Qwen2.5-7B-Instruct, 200 steps of 4 questions x 64 rollouts,
 temperature 1.0, learning rate 1e-6, no KL term, completions of up to 1024 tokens:
@@ -35,7 +37,7 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,7 +45,7 @@ from conductor_mcp.config import Settings, builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import card, decisions, warm_start
+from conductor_mcp.learning import card, decisions, resume, subpools, warm_start
 from conductor_mcp.learning.code_checks import code_sandbox_problem
 from conductor_mcp.learning.rewards import Outcome, WorkflowReward
 from conductor_mcp.learning.sim_tasks import rules_of
@@ -93,13 +95,18 @@ def build_rows(
         if i >= count - recursion_rows:
             sub = sub.model_copy(update={"name": f"{sub.name}+recursion", "recursion": True})
         pools[sub.name] = sub
-        if args.completion == "decisions":
-            text = prompt_text(tokenizer, decisions.messages(sub, task["question"])) + decisions.PREFILL
-        else:
-            messages = prompts.conductor_messages(sub, args.max_steps_per_workflow, task["question"], None)
-            text = prompt_text(tokenizer, messages) + (WORKER_PREFILL if args.completion == "worker" else "")
-        rows.append({"prompt": text, "task": json.dumps(task), "pool_name": sub.name})
+        rows.append(
+            {"prompt": policy_prompt(args, tokenizer, sub, task), "task": json.dumps(task), "pool_name": sub.name}
+        )
     return rows, pools
+
+
+def policy_prompt(args: argparse.Namespace, tokenizer: Any, pool: Pool, task: dict[str, Any]) -> str:
+    """The prompt text the policy completes for a task on a (sub-)pool, in the run's completion encoding."""
+    if args.completion == "decisions":
+        return prompt_text(tokenizer, decisions.messages(pool, task["question"])) + decisions.PREFILL
+    messages = prompts.conductor_messages(pool, args.max_steps_per_workflow, task["question"], None)
+    return prompt_text(tokenizer, messages) + (WORKER_PREFILL if args.completion == "worker" else "")
 
 
 def completion_text(args: argparse.Namespace, completion: Any, pool: Pool, task: dict[str, Any]) -> str:
@@ -148,12 +155,15 @@ class Scorer:
 
 class RewardFunction:
     """TRL's reward function: run each completion's workflow and score its answer; it keeps the reward curve and,
-    per call, what the rollouts wrote and how their rewards spread within each group."""
+    per call, what the rollouts wrote and how their rewards spread within each group, appended to OUT/rewards.jsonl
+    as well so that a resumed run's card has the whole curve (`kept`: the calls of the steps already done)."""
 
-    def __init__(self, args: argparse.Namespace, scorer: Scorer, pools: dict[str, Pool]) -> None:
+    def __init__(
+        self, args: argparse.Namespace, scorer: Scorer, pools: dict[str, Pool], kept: list[dict[str, Any]]
+    ) -> None:
         self.args, self.scorer, self.pools = args, scorer, pools
-        self.curve: list[float] = []
-        self.rollouts: list[dict[str, Any]] = []
+        self.curve: list[float] = [k["mean"] for k in kept]
+        self.rollouts: list[dict[str, Any]] = [k["rollouts"] for k in kept]
         self.__name__ = "workflow_reward"  # TRL names the reward in its logs
 
     def __call__(
@@ -165,7 +175,22 @@ class RewardFunction:
         scores = [o.reward for o in outcomes]
         self.curve.append(sum(scores) / len(scores))
         self.rollouts.append(card.rollout_stats(completions, tasks, outcomes, self.args.group_size))
+        with (self.args.out / resume.REWARDS).open("a") as sink:
+            sink.write(json.dumps({"mean": self.curve[-1], "rollouts": self.rollouts[-1]}) + "\n")
         return scores
+
+
+def evaluation_prompts(
+    args: argparse.Namespace, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], shuffled: bool
+) -> tuple[list[Pool], list[str]]:
+    """The held-out tasks' sub-pools and the prompts the policy reads for them (their descriptions shuffled among
+    the workers where `shuffled`)."""
+    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
+    subs = [pools[r["pool_name"]] for r in rows]
+    if not shuffled:
+        return subs, [r["prompt"] for r in rows]
+    read = [subpools.shuffled_descriptions(sub, task["id"]) for sub, task in zip(subs, tasks, strict=True)]
+    return subs, [policy_prompt(args, tokenizer, p, t) for p, t in zip(read, tasks, strict=True)]
 
 
 def greedy_completions(
@@ -205,14 +230,17 @@ def evaluate_policy(
     tasks: list[dict[str, Any]],
     scorer: Scorer,
     label: str,
+    shuffled: bool = False,
 ) -> dict[str, Any]:
     """Score the policy's greedy workflow for each held-out task: what it learned, without sampling luck.
 
     The completions go to OUT/held_out_<label>.jsonl, which tools/evaluate.py --workflows scores beside the baselines.
+    `shuffled`: the policy reads each sub-pool with its workers' descriptions shuffled among them
+    (subpools.shuffled_descriptions, seeded by the task id, as the judge's scripted ablation) and its workflow runs on
+    the real sub-pool: a policy that reads the descriptions is misled, one that ignores them is not.
     """
-    rows, pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
-    subs = [pools[r["pool_name"]] for r in rows]
-    written = greedy_completions(args, model, tokenizer, [r["prompt"] for r in rows])
+    subs, prompts_read = evaluation_prompts(args, tokenizer, pool, tasks, shuffled)
+    written = greedy_completions(args, model, tokenizer, prompts_read)
     completions = [completion_text(args, w["completion"], p, t) for w, p, t in zip(written, subs, tasks, strict=True)]
     outcomes = scorer(completions, tasks, subs)
     with (args.out / f"held_out_{label}.jsonl").open("w") as sink:  # with each task's sub-pool, for evaluate.py
@@ -264,7 +292,9 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
         gradient_accumulation_steps=args.grad_accum,  # one generation of questions x group per optimizer step
         max_completion_length=args.max_completion_length,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps",  # checkpoints a later session resumes from (learning/resume.py)
+        save_steps=args.save_steps,
+        save_total_limit=2,  # the newest complete one survives a kill while the next is written
         report_to="none",
         seed=args.seed,
         use_vllm=args.use_vllm,
@@ -287,7 +317,13 @@ def dr_grpo_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _grpo_trainer(
-    args: argparse.Namespace, policy: Any, reward: Any, rows: list[dict[str, Any]], tokenizer: Any, use_cpu: bool
+    args: argparse.Namespace,
+    policy: Any,
+    reward: Any,
+    rows: list[dict[str, Any]],
+    tokenizer: Any,
+    use_cpu: bool,
+    session: resume.Session,
 ) -> Any:
     """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
     from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
@@ -302,7 +338,7 @@ def _grpo_trainer(
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=None if args.sft_steps else lora,  # GRPO continues the SFT adapter
-        callbacks=[time_limit(args.grpo_minutes)] if args.grpo_minutes else None,
+        callbacks=[session_end(session), *([time_limit(args.grpo_minutes)] if args.grpo_minutes else [])],
     )
 
 
@@ -323,7 +359,22 @@ def time_limit(minutes: float) -> Any:
     return TimeLimit()
 
 
+def session_end(session: resume.Session) -> Any:
+    """A trainer callback that ends GRPO with a checkpoint after the step that crosses the session's end."""
+    from transformers import TrainerCallback
+
+    class SessionEnd(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if session.over():
+                control.should_save = control.should_training_stop = True
+            return control
+
+    return SessionEnd()
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
+    """Run (or resume, learning/resume.py) the phases: the base model's held-out evaluation, the warm start and its
+    evaluation, GRPO, the trained policy's evaluations; then write the card."""
     tasks, held_out = training_tasks(args), held_out_tasks(args)
     problem = code_sandbox_problem(tasks + held_out, args.unsafe_local_exec)
     if problem:  # before anything is loaded, not after the first batch of rollouts
@@ -332,46 +383,129 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     configure_logging("error")
     score_only_completions_on_cpu()
+    session, progress = resume.Session(args.session_minutes), resume.Progress(args)
     pool = load_pool(args.pool, [builtin_pool_dir()])
     (args.out / "recipe.json").write_text(json.dumps(card.recipe(args), indent=2))  # judge_learning.py reads it
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
+    use_cpu = not args.use_vllm and not _has_gpu()
+    scorer = Scorer(args)
+
+    def evaluate(label: str, model: Callable[[], Any], shuffled: bool = False) -> None:
+        def work() -> dict[str, Any]:
+            return evaluate_policy(args, model(), tokenizer, pool, held_out, scorer, label, shuffled)
+
+        _phase(progress, session, f"eval_{label}", work)
+
+    try:
+        if held_out and not args.skip_base_eval:  # the untrained base model as the conductor
+            evaluate("before", lambda: AutoModelForCausalLM.from_pretrained(args.base_model))
+        policy: Any = args.base_model
+        if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
+            policy = _warm_start(args, pool, tokenizer, tasks, use_cpu, progress, session)
+            if held_out and args.eval_warm_start:
+                evaluate("after_sft", lambda: policy)
+        if progress.done("grpo"):
+            trained = _trained_adapter(args.base_model, args.out / "adapter")
+        else:
+            trained = _grpo(args, policy, pool, tokenizer, tasks, scorer, use_cpu, progress, session)
+        if held_out:
+            evaluate("after", lambda: trained)
+            if args.eval_shuffled:
+                evaluate("after_shuffled", lambda: trained, shuffled=True)
+    finally:
+        scorer.close()
+    labels = ("before", "after_sft", "after", "after_shuffled")
+    evaluation = {label: progress[f"eval_{label}"]["result"] for label in labels if progress.done(f"eval_{label}")}
+    wall = {name: phase["wall_s"] for name, phase in progress.phases.items() if name != "grpo_earlier"}
+    sft_losses = progress["sft"]["result"] if progress.done("sft") else []
+    grpo = progress["grpo"]["result"]
+    adapter = args.out / "adapter"
+    return card.write_card(
+        args, pool, adapter, grpo["curve"], grpo["losses"], evaluation, sft_losses, wall, grpo["rollouts"]
+    )
+
+
+def _phase(progress: resume.Progress, session: resume.Session, name: str, work: Callable[[], Any]) -> Any:
+    """A phase's result: kept from an earlier session, or worked out now, kept, and the session's time checked."""
+    if progress.done(name):
+        return progress[name]["result"]
+    started = time.monotonic()
+    result = work()
+    progress.record(name, {"result": result, "wall_s": time.monotonic() - started})
+    session.check(name)
+    return result
+
+
+def _trained_adapter(base_model: str, adapter: Path) -> Any:
+    """The base model with an adapter a finished phase saved, trainable as it was when it was saved."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model), str(adapter), is_trainable=True)
+
+
+def _warm_start(
+    args: argparse.Namespace,
+    pool: Pool,
+    tokenizer: Any,
+    tasks: list[dict[str, Any]],
+    use_cpu: bool,
+    progress: resume.Progress,
+    session: resume.Session,
+) -> Any:
+    """The warm-started policy: SFT on every training task, its adapter kept (the warm start alone is a servable
+    conductor), or that adapter as an earlier session left it."""
+    adapter = args.out / "sft-adapter"
+    if progress.done("sft"):
+        return _trained_adapter(args.base_model, adapter)
+    policy: Any = None
+
+    def sft() -> list[float]:
+        nonlocal policy
+        sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
+        pairs = warm_start.pairs(args, sft_prompts, sft_pools, tokenizer.eos_token)
+        policy, losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
+        policy.save_pretrained(str(adapter))
+        return losses
+
+    _phase(progress, session, "sft", sft)
+    return policy
+
+
+def _grpo(
+    args: argparse.Namespace,
+    policy: Any,
+    pool: Pool,
+    tokenizer: Any,
+    tasks: list[dict[str, Any]],
+    scorer: Scorer,
+    use_cpu: bool,
+    progress: resume.Progress,
+    session: resume.Session,
+) -> Any:
+    """GRPO from its last checkpoint (or its start) to --steps; the trained model, its adapter saved. A session
+    that ends first raises SessionEnded, its checkpoint written."""
     rows, pools = build_rows(
         args, pool, tokenizer, tasks, args.steps * args.questions, args.recursion_steps * args.questions
     )
-    scorer = Scorer(args)
-    workflow_reward = RewardFunction(args, scorer, pools)
-    use_cpu = not args.use_vllm and not _has_gpu()
-    clock, evaluation, wall = time.monotonic(), {}, {}
-    if held_out and not args.skip_base_eval:  # the untrained base model as the conductor
-        evaluation["before"] = evaluate_policy(
-            args, AutoModelForCausalLM.from_pretrained(args.base_model), tokenizer, pool, held_out, scorer, "before"
-        )
-        wall["eval_before"], clock = time.monotonic() - clock, time.monotonic()
-    policy: Any = args.base_model
-    sft_losses: list[float] = []
-    if args.sft_steps:  # imitate the sim conductor on every training task, not only GRPO's first rows
-        sft_prompts, sft_pools = build_rows(args, pool, tokenizer, tasks, len(tasks), 0)
-        pairs = warm_start.pairs(args, sft_prompts, sft_pools, tokenizer.eos_token)
-        policy, sft_losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
-        policy.save_pretrained(str(args.out / "sft-adapter"))  # kept: the warm start alone is a servable conductor
-        wall["sft"], clock = time.monotonic() - clock, time.monotonic()
-        if held_out and args.eval_warm_start:
-            evaluation["after_sft"] = evaluate_policy(args, policy, tokenizer, pool, held_out, scorer, "after_sft")
-            wall["eval_after_sft"], clock = time.monotonic() - clock, time.monotonic()
-    trainer = _grpo_trainer(args, policy, workflow_reward, rows, tokenizer, use_cpu)
-    trainer.train()
-    wall["grpo"], clock = time.monotonic() - clock, time.monotonic()
-    if held_out:
-        evaluation["after"] = evaluate_policy(args, trainer.model, tokenizer, pool, held_out, scorer, "after")
-        wall["eval_after"] = time.monotonic() - clock
-    adapter = args.out / "adapter"
+    checkpoint, step = resume.last_checkpoint(args.out / "trainer")
+    reward = RewardFunction(args, scorer, pools, resume.reward_log(args.out, step))
+    trainer = _grpo_trainer(args, policy, reward, rows, tokenizer, use_cpu, session)
+    started = time.monotonic()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    # GRPO's wall time over the sessions that ended by --session-minutes (one killed outright is not counted)
+    wall_s = time.monotonic() - started + (progress["grpo_earlier"]["wall_s"] if progress.done("grpo_earlier") else 0)
+    if trainer.state.global_step < args.steps and session.over():
+        progress.record("grpo_earlier", {"result": trainer.state.global_step, "wall_s": wall_s})
+        session.check(f"GRPO step {trainer.state.global_step} of {args.steps}")
     if "ref" in getattr(trainer.model, "peft_config", {}):  # TRL's frozen copy of the warm start, for --beta's KL
         trainer.model.delete_adapter("ref")  # not part of the conductor: saved, it was a second adapter beside it
-    trainer.save_model(str(adapter))
+    trainer.save_model(str(args.out / "adapter"))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    scorer.close()
-    curve, rollouts = workflow_reward.curve, workflow_reward.rollouts
-    return card.write_card(args, pool, adapter, curve, losses, evaluation, sft_losses, wall, rollouts)
+    result = {"losses": losses, "curve": reward.curve, "rollouts": reward.rollouts}
+    progress.record("grpo", {"result": result, "wall_s": wall_s})
+    session.check("GRPO")
+    return trainer.model
 
 
 def _has_gpu() -> bool:

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
-from conductor_mcp.learning import recipe, shape_probe, subpools, train_options
+from conductor_mcp.learning import recipe, resume, shape_probe, subpools, train_options
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
@@ -359,3 +359,103 @@ def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
         assert [r["task_id"] for r in rows] == ["held-out-2-0", "held-out-2-1", "held-out-2-2"]
         assert all(len(r["pool_workers"]) == 4 and tuple(r["pool_workers"]) not in trained_orders for r in rows)
         assert all(r["completion_tokens"] <= 16 for r in rows)
+
+
+def resumable_run(out: Path, *session: str) -> argparse.Namespace:
+    """A small decisions run on the composed testbed v2 with the trained policy's description-shuffle evaluation."""
+    return train_options.parse_args(
+        [
+            "--base-model",
+            str(convert_gguf.convert()),
+            "--pool",
+            "sim-composed-v2",
+            "--sim-set",
+            "composed-v2",
+            "--sim-tasks",
+            "4",
+            "--eval-tasks",
+            "3",
+            "--skip-base-eval",
+            "--eval-shuffled",
+            "--completion",
+            "decisions",
+            "--warm-start",
+            "format",
+            "--sft-steps",
+            "2",
+            "--sft-batch",
+            "2",
+            "--sft-lr",
+            "1e-3",
+            "--steps",
+            "2",
+            "--questions",
+            "1",
+            "--group-size",
+            "4",
+            "--max-completion-length",
+            "16",
+            "--subpool-k",
+            "4",
+            "--permute-ids",
+            "--lr",
+            "5e-5",
+            "--lora-r",
+            "4",
+            "--lora-alpha",
+            "8",
+            "--seed",
+            "2",
+            "--out",
+            str(out),
+            *session,
+        ]
+    )
+
+
+def test_a_run_whose_session_ended_resumes_with_the_same_command(tmp_path: Path) -> None:
+    """Sessions that end (here after every phase or step: a session of no minutes) lose nothing and redo nothing:
+    the warm start is trained once, GRPO continues from its step-1 checkpoint, and the run ends with its 2 steps."""
+    with pytest.raises(resume.SessionEnded, match="after sft"):
+        train_conductor.train(resumable_run(tmp_path, "--session-minutes", "1e-9"))
+    sft = tmp_path / "sft-adapter" / "adapter_model.safetensors"
+    sft_written = (sft.stat().st_mtime_ns, sft.read_bytes())
+    assert not (tmp_path / "trainer").exists()
+    with pytest.raises(resume.SessionEnded, match="after GRPO step 1 of 2"):
+        train_conductor.train(resumable_run(tmp_path, "--session-minutes", "1e-9"))
+    step_1 = tmp_path / "trainer" / "checkpoint-1" / "trainer_state.json"
+    step_1_written = step_1.stat().st_mtime_ns
+    assert len((tmp_path / "rewards.jsonl").read_text().splitlines()) == 1
+    card = train_conductor.train(resumable_run(tmp_path))  # the same command, in a session without an end
+    assert (sft.stat().st_mtime_ns, sft.read_bytes()) == sft_written  # the warm start was not trained again
+    assert step_1.stat().st_mtime_ns == step_1_written  # GRPO resumed after step 1 rather than starting over
+    assert json.loads((tmp_path / "trainer" / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+    assert len(card["losses"]) == 2 and len(card["reward_curve"]) == 2 and len(card["rollouts"]) == 2
+    assert len(card["sft_losses"]) == 2 and set(card["held_out"]) == {"after", "after_shuffled"}
+    assert set(card["wall_s"]) == {"sft", "grpo", "eval_after", "eval_after_shuffled"}  # GRPO's over both sessions
+    rows = {
+        label: [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
+        for label in ("after", "after_shuffled")
+    }
+    plain, shuffled = rows["after"], rows["after_shuffled"]  # what the judge pairs: same tasks, same sub-pools
+    assert [r["task_id"] for r in shuffled] == [r["task_id"] for r in plain] == [f"held-out-2-{i}" for i in range(3)]
+    assert [r["pool_workers"] for r in shuffled] == [r["pool_workers"] for r in plain]
+    again = train_conductor.train(resumable_run(tmp_path))  # a finished run: its card, nothing run again
+    assert again["losses"] == card["losses"] and again["held_out"] == card["held_out"]
+
+
+def test_the_shuffled_evaluation_reads_each_sub_pool_with_its_descriptions_shuffled(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    args = resumable_run(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(args.base_model)
+    pool = load_pool("sim-composed-v2", [builtin_pool_dir()])
+    tasks = train_options.held_out_tasks(args)
+    subs, plain = train_conductor.evaluation_prompts(args, tokenizer, pool, tasks, shuffled=False)
+    same_subs, shuffled = train_conductor.evaluation_prompts(args, tokenizer, pool, tasks, shuffled=True)
+    assert same_subs == subs  # the workflows run on the real sub-pools
+    for sub, task, read, real in zip(subs, tasks, shuffled, plain, strict=True):
+        misled = subpools.shuffled_descriptions(sub, task["id"])
+        assert read == train_conductor.policy_prompt(args, tokenizer, misled, task) != real
+        assert real == train_conductor.policy_prompt(args, tokenizer, sub, task)
+        assert all(w.description in read for w in sub.workers)  # the same descriptions, other workers
