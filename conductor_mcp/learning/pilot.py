@@ -111,20 +111,19 @@ def _plural(count: int, unit: str) -> str:
     return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
 
 
+def _round_the_cycle(rng: random.Random, question: str, names: tuple[str, ...], unit: str) -> tuple[str, str]:
+    """A weekday or month 1-3 steps after another, round the week or year."""
+    start = rng.randrange(len(names))
+    steps = rng.randint(1, 3)
+    return f"{question} {_plural(steps, unit)} after {names[start]}?", names[(start + steps) % len(names)].lower()
+
+
 def _dates(rng: random.Random) -> tuple[str, str]:
     kind = rng.randrange(3)
     if kind == 0:
-        start = rng.randrange(7)
-        days = rng.randint(1, 3)
-        return f"What day of the week is {_plural(days, 'day')} after {_WEEKDAYS[start]}?", _WEEKDAYS[
-            (start + days) % 7
-        ].lower()
+        return _round_the_cycle(rng, "What day of the week is", _WEEKDAYS, "day")
     if kind == 1:
-        start = rng.randrange(12)
-        months = rng.randint(1, 3)
-        return f"Which month is {_plural(months, 'month')} after {_MONTHS[start]}?", _MONTHS[
-            (start + months) % 12
-        ].lower()
+        return _round_the_cycle(rng, "Which month is", _MONTHS, "month")
     day = datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randrange(366))
     days = rng.randint(1, 9)
     later = day + datetime.timedelta(days=days)
