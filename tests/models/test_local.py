@@ -193,6 +193,24 @@ def test_cli_default_needs_no_keys(state: Path) -> None:
     assert "first answer after" in result.stderr and "Unclosed client session" not in result.stderr
 
 
+def test_a_run_on_the_local_pool_never_imports_litellm(state: Path) -> None:
+    """litellm costs ~3 s of CPU to import on a 2-core machine, more than the embedded model's whole answer on a
+    resident server: `run` on the local pool must not load it, nor the openai SDK (its exceptions' base)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "conductor_mcp", "run", "--quiet", "What is the capital of France?"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Paris" in result.stdout
+    imported = {
+        line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "conductor_mcp.models.local_backend" in imported  # the run did reach the embedded model's backend
+    assert {name.split(".")[0] for name in imported} & {"litellm", "openai"} == set()
+
+
 def test_doctor_smoke_tests_the_embedded_model(state: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "doctor"], capture_output=True, text=True, timeout=300
