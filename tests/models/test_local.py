@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -209,6 +210,26 @@ def test_a_run_on_the_local_pool_never_imports_litellm(state: Path) -> None:
     }
     assert "conductor_mcp.models.local_backend" in imported  # the run did reach the embedded model's backend
     assert {name.split(".")[0] for name in imported} & {"litellm", "openai"} == set()
+
+
+def test_verbose_says_where_the_time_went_in_the_model_s_own_tokens(state: Path) -> None:
+    """`run --verbose`: llama.cpp's own counts of the run's prompt tokens (evaluated and cached) and generated
+    tokens, with their rates on this CPU, agree with the run's usage; our own share and CPU are beside them."""
+    result = subprocess.run(
+        [sys.executable, "-m", "conductor_mcp", "run", "--quiet", "--verbose", "--json", "What is 2 + 2?"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    totals = json.loads(result.stdout[: result.stdout.rindex("}") + 1])["totals"]
+    prompt = re.search(r"prompt tokens +[\d.]+ +(\d+) evaluated(?: at \d+/s)?, (\d+) cached", result.stderr)
+    generated = re.search(r"generated tokens +([\d.]+) +(\d+) tokens at (\d+)/s", result.stderr)
+    assert prompt and generated, result.stderr[-2000:]
+    assert int(prompt[1]) + int(prompt[2]) == totals["prompt_tokens"]
+    assert int(generated[2]) == totals["completion_tokens"] and int(generated[3]) > 0
+    assert re.search(r"the rest of the run +[\d.]+ +ours", result.stderr)
+    assert re.search(r"CPU: this process [\d.]+ s, model server [\d.]+ s", result.stderr)
 
 
 def test_doctor_smoke_tests_the_embedded_model(state: Path) -> None:
