@@ -232,6 +232,36 @@ def test_verbose_says_where_the_time_went_in_the_model_s_own_tokens(state: Path)
     assert re.search(r"CPU: this process [\d.]+ s, model server [\d.]+ s", result.stderr)
 
 
+HASHES = """
+import sys
+from pathlib import Path
+from conductor_mcp.models import local
+hashed = []
+sys.setprofile(lambda frame, event, _: event == "call" and frame.f_code.co_name == "_sha256_file" and hashed.append(1))
+name = local.LocalServers(Path(sys.argv[1])).slot_file(local.DEFAULT_MODEL)
+sys.setprofile(None)
+print(len(hashed), name)
+"""
+
+
+def test_the_model_file_is_hashed_once_not_on_every_cold_start(tmp_path: Path) -> None:
+    """The registry package hashes the 253 MB model on every call; a new process (each cold run) trusts the file
+    its state directory saw verified while its size and mtime are unchanged, and hashes it again once they are not."""
+
+    def hashes() -> tuple[int, str]:
+        command = [sys.executable, "-c", HASHES, str(tmp_path)]
+        probe = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        count, name = probe.stdout.split()
+        return int(count), name
+
+    first, second = hashes(), hashes()
+    assert first[0] == 1 and second == (0, first[1])
+    stamp = tmp_path / "local" / f"{local.DEFAULT_MODEL}.verified.json"
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "mtime_ns": 1}))  # as if the file had changed
+    assert hashes() == (1, first[1])
+
+
 def test_doctor_smoke_tests_the_embedded_model(state: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "conductor_mcp", "doctor"], capture_output=True, text=True, timeout=300
