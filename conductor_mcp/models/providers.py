@@ -42,6 +42,10 @@ MODULES = {
     "sim": "conductor_mcp.models.sim_backend",
 }
 
+# The kinds that may call through litellm: its own, the simulator (a litellm provider), the direct path (what it
+# cannot send itself). The embedded model's calls are all direct, plain completions: never through litellm.
+THROUGH_LITELLM = frozenset({"litellm", "sim", "direct"})
+
 
 def kind_of(model: str) -> str:
     """Which backend serves `model`: the host's model, the embedded one, the simulator, an OpenAI-compatible server
@@ -115,7 +119,7 @@ class Providers:
             kinds = sorted({kind_of(model) for model in models()} - {"host"})
             for kind in kinds:
                 importlib.import_module(MODULES[kind])
-            if kinds:  # every backend but the host's calls through litellm
+            if set(kinds) & THROUGH_LITELLM:
                 from conductor_mcp.models.litellm_backend import load_lazily_imported
 
                 load_lazily_imported()
