@@ -46,6 +46,7 @@ from conductor_mcp.core.records import Run
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.engine.executor import Executor
 from conductor_mcp.models import litellm_backend, providers
+from conductor_mcp.models.backend import call_arguments
 from conductor_mcp.models.local import free_port
 from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated
 from conductor_mcp.runs.sqlite import SqliteStore
@@ -125,7 +126,7 @@ async def per_step(
     spec = pool.get("instant")
     all_messages = [store.step_messages(run.id, str(i)) or [] for i in range(steps)]
     sim_call = SimCall(reference=run.metadata, simulation=pool.simulation, time_scale=models.sim_time_scale)
-    request = litellm_backend.call_arguments(spec, [])
+    request = call_arguments(spec, [])
     if is_simulated(spec.model):  # what the sim backend adds to its calls
         request["metadata"] = {SIM_CALL: sim_call}
     request.pop("messages")

@@ -433,7 +433,8 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     from conductor_mcp.core.simulation import SimulationConfig
     from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
     from conductor_mcp.engine.conductor import response_format
-    from conductor_mcp.models.litellm_backend import call_arguments, close_clients
+    from conductor_mcp.models.backend import call_arguments
+    from conductor_mcp.models.litellm_backend import close_clients
     from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated, register
     from conductor_mcp.service.catalogue import load_pool
 

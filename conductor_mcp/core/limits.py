@@ -139,6 +139,9 @@ LOCAL_STARTUP_TIMEOUT_S = 90.0
 LOCAL_EXIT_WAIT_S = 3.0  # how long a server that stopped answering gets to finish dying before it is called alive
 LOCAL_CONTEXT_TOKENS = 4096  # each slot's
 
+# models/http_errors.py
+ERROR_BODY_CHARS = 2000  # of an error status's body, kept in the attempt's message (the server's text: untrusted)
+
 # models/local_exit.py
 TAIL_LINES = 5
 TAIL_LINE_CHARS = 240
@@ -146,7 +149,7 @@ TAIL_LINE_CHARS = 240
 # models/local_runtime.py
 PARENT_CHECK_S = 1.0
 
-# models/litellm_backend.py
+# models/retry.py
 BACKOFF_MAX_S = 20.0
 DEFAULT_CONCURRENCY = 16  # concurrent calls per provider endpoint; a pool entry's max_concurrency overrides it
 

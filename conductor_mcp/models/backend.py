@@ -1,5 +1,5 @@
 """The one interface every model backend answers through, and what they share: the call handed to them, the
-completion they answer with, and how a response or a failure becomes an Attempt.
+completion they answer with, the arguments a call is made with, and how a response or a failure becomes an Attempt.
 
 Five backends answer model calls, one module each: litellm (litellm_backend.py, any provider litellm knows), the
 direct HTTP path (openai_http.py, OpenAI-compatible servers), the MCP host's model (host_backend.py), the embedded
@@ -14,14 +14,16 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
+from conductor_mcp.config import environment_value
 from conductor_mcp.core.pool import ModelSpec
 from conductor_mcp.core.records import Attempt
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import MalformedResponse, ProviderError
-from conductor_mcp.models.completion import end_of_answer
-from conductor_mcp.runtime.logs import redact, redact_values
+from conductor_mcp.models.completion import completion_prompt, completion_stops, end_of_answer
+from conductor_mcp.runtime.logs import redact, redact_values, register_secret
 
 Diagnose = Callable[[], Awaitable[str | None]]  # why a call's server died after a failed call, or None
 
@@ -73,6 +75,52 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Close the connections and servers this backend opened."""
         ...
+
+
+def call_arguments(spec: ModelSpec, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """The litellm keyword arguments for one call (benchmarks make bare litellm calls with them). The key is read
+    from the environment at call time."""
+    request: dict[str, Any] = {**spec.params, "model": spec.model, "messages": messages, "timeout": spec.timeout_s}
+    if spec.api_key_env:
+        key = environment_value(spec.api_key_env)
+        if not key:
+            raise KeyUnavailable(f"environment variable {spec.api_key_env} is not set")
+        request["api_key"] = key
+        register_secret(key)
+    elif spec.api_key_file:
+        try:
+            request["api_key"] = Path(spec.api_key_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise KeyUnavailable(f"cannot read the key file named by api_key_file: {exc.strerror}") from None
+        register_secret(request["api_key"])
+    if spec.api_base:
+        request["api_base"] = spec.api_base
+    if spec.price:
+        request["input_cost_per_token"] = spec.price.input_per_mtok / 1e6
+        request["output_cost_per_token"] = spec.price.output_per_mtok / 1e6
+    request.update({k: v for k, v in extra.items() if v is not None})
+    return request
+
+
+def pool_rates(spec: ModelSpec) -> tuple[float, float] | None:
+    """USD per input and output token as the pool file prices `spec`, else None."""
+    return (spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6) if spec.price else None
+
+
+def request_for(spec: ModelSpec, call: Call) -> dict[str, Any]:
+    """`call_arguments` for one call, in the form its prompt style takes: a base model (`completion`) gets one
+    Question/Answer prompt and stop sequences, and no response format or tools. A key that cannot be read is a
+    refused call (ProviderError)."""
+    try:
+        request = call_arguments(spec, call.messages, **call.extra)
+    except KeyUnavailable as exc:
+        raise call.refused(spec, exc) from None
+    if spec.prompt_style == "completion":
+        request["prompt"] = completion_prompt(request.pop("messages"))
+        request["stop"] = completion_stops(request.get("stop"))
+        request.pop("response_format", None)
+        request.pop("tools", None)  # a base model continues text: it cannot call tools
+    return request
 
 
 _UNSTORABLE = re.compile("[\ud800-\udfff\x00]")

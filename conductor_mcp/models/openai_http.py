@@ -6,11 +6,13 @@ POST and JSON parse costs 0.1-0.16 ms, httpx 0.6-0.8 ms, `litellm.acompletion` o
 2.9-3.5 ms: it builds the request in a thread-pool hand-off, a logging object, a price lookup even when the pool
 prices the model, a pydantic response. None of that is configurable away, and a run makes ~4.5 calls, so this
 path sends the request litellm would send (the same body, headers and key) and answers with what `Providers` reads
-from litellm's (choices, usage), raising litellm's own exception classes for the same HTTP statuses, so retries,
-fallbacks, attempts and redaction stay as they are. Base-model text completions (`prompt` for `messages`) go to
-`/completions` the same way: the embedded model's workers are all such calls, and with them on this path a run on
-the local pool makes no litellm call at all. A call this path does not know how to make exactly as litellm would
-(other providers, tools, litellm-only params such as `mock_response`) goes to litellm.
+from litellm's (choices, usage), failing as litellm fails for the same HTTP statuses (http_errors.py: the same class
+names, the same faults retried), so retries, fallbacks, attempts and redaction stay as they are, without importing
+litellm (~3 s of CPU, more than the embedded model's answer on a resident server). Base-model text completions
+(`prompt` for `messages`) go to `/completions` the same way: the embedded model's workers are all such calls, and
+with them on this path a run on the local pool neither calls nor imports litellm. A call this path does not know how
+to make exactly as litellm would (other providers, tools, litellm-only params such as `mock_response`) goes to
+litellm.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import httpx  # litellm's exceptions carry an httpx.Response
-from litellm import exceptions
-from litellm.litellm_core_utils.core_helpers import map_finish_reason
 
 from conductor_mcp.config import proxy_configured
 from conductor_mcp.core.pool import ModelSpec
 from conductor_mcp.errors import MalformedResponse
-from conductor_mcp.models.backend import Call, Completion, Diagnose
-from conductor_mcp.models.litellm_backend import LitellmBackend, listed_price, request_for
+from conductor_mcp.models import http_errors, retry
+from conductor_mcp.models.backend import Call, Completion, Diagnose, pool_rates, request_for
+
+if TYPE_CHECKING:
+    from conductor_mcp.models.litellm_backend import LitellmBackend
 
 PREFIX = "hosted_vllm/"
 HEADERS = {"content-type": "application/json", "user-agent": "conductor-mcp"}
@@ -59,19 +61,6 @@ PASSED_THROUGH = frozenset(
 # `prompt` (a base model's text completion).
 CALL_FIELDS = frozenset({"model", "messages", "prompt", "api_base", "api_key", "timeout"})
 PRICE_FIELDS = frozenset({"input_cost_per_token", "output_cost_per_token"})
-# HTTP status -> (litellm's exception class, the prefix litellm's message carries), as litellm maps them.
-_BY_STATUS: dict[int, tuple[Callable[..., Exception], str]] = {
-    400: (exceptions.BadRequestError, ""),
-    401: (exceptions.AuthenticationError, "AuthenticationError: "),
-    404: (exceptions.NotFoundError, "NotFoundError: "),
-    408: (exceptions.Timeout, "Timeout Error: "),
-    422: (exceptions.BadRequestError, ""),
-    429: (exceptions.RateLimitError, "RateLimitError: "),
-    500: (exceptions.InternalServerError, "InternalServerError: "),
-    502: (exceptions.BadGatewayError, "BadGatewayError: "),
-    503: (exceptions.ServiceUnavailableError, "ServiceUnavailableError: "),
-    504: (exceptions.Timeout, "Timeout Error: "),
-}
 
 
 def eligible(request: dict[str, Any]) -> bool:
@@ -94,22 +83,6 @@ def body_of(request: dict[str, Any]) -> dict[str, Any]:
             body[key] = value
     body.update(request.get("extra_body") or {})
     return body
-
-
-def status_error(response: httpx.Response, model: str) -> Exception:
-    """litellm's exception for an error status, with the message litellm writes (the body is the server's)."""
-    text = f"Hosted_vllmException - {response.text}"
-    if response.status_code not in _BY_STATUS:
-        return exceptions.APIError(
-            status_code=response.status_code,
-            message=f"APIError: {text}",
-            llm_provider="hosted_vllm",
-            model=model,
-            request=response.request,
-            response=response,
-        )
-    kind, prefix = _BY_STATUS[response.status_code]
-    return kind(message=f"{prefix}{text}", llm_provider="hosted_vllm", model=model, response=response)
 
 
 def parsed(text: str | bytes) -> Any:
@@ -139,7 +112,7 @@ class OpenAIHttp:
 
     async def chat(self, request: dict[str, Any]) -> Any:
         """POST one chat completion, or a text completion where the request has a `prompt`; litellm's exception
-        classes for what fails (so Providers retries the same)."""
+        failures for what fails (http_errors.py: the retry loop retries them as it does litellm's)."""
         model = request["model"]
         url = f"{request['api_base'].rstrip('/')}/{'completions' if 'prompt' in request else 'chat/completions'}"
         headers = {"authorization": f"Bearer {request.get('api_key') or NO_KEY}"}
@@ -149,13 +122,13 @@ class OpenAIHttp:
             async with self.session().post(url, data=data, headers=headers, timeout=timeout) as response:
                 status, content = response.status, await response.read()
         except TimeoutError as exc:
-            message = f"Timeout Error: Hosted_vllmException - {exc or 'no answer in time'}"
-            raise exceptions.Timeout(message=message, model=model, llm_provider="hosted_vllm") from None
+            message = f"Timeout Error: {http_errors.PROVIDER} - {exc or 'no answer in time'}"
+            raise http_errors.Timeout(message, model) from None
         except aiohttp.ClientError as exc:
-            message = f"APIConnectionError: Hosted_vllmException - {exc}"
-            raise exceptions.APIConnectionError(message=message, llm_provider="hosted_vllm", model=model) from None
+            message = f"APIConnectionError: {http_errors.PROVIDER} - {exc}"
+            raise http_errors.APIConnectionError(message, model) from None
         if status >= 400:
-            raise status_error(httpx.Response(status, content=content, request=httpx.Request("POST", url)), model)
+            raise http_errors.status_error(status, content, model)
         try:
             answer = parsed(content)
         except ValueError:  # a 200 whose body is not JSON: a provider fault, retried like any malformed answer
@@ -163,7 +136,7 @@ class OpenAIHttp:
             raise MalformedResponse(f"{model} answered with a body that is not JSON: {text}") from None
         for choice in getattr(answer, "choices", None) or []:
             if isinstance(choice, SimpleNamespace):  # finish reasons in OpenAI's words, as litellm maps them
-                choice.finish_reason = map_finish_reason(getattr(choice, "finish_reason", None) or "")
+                choice.finish_reason = http_errors.finish_reason(getattr(choice, "finish_reason", None) or "")
         return answer
 
     async def aclose(self) -> None:
@@ -173,12 +146,13 @@ class OpenAIHttp:
 
 
 class DirectBackend:
-    """`hosted_vllm/` models: chat calls on the direct path, retried by litellm's backend loop (the same exception
-    classes); what this path cannot send exactly as litellm would (base-model completions, tools, litellm-only
-    params) goes to litellm."""
+    """`hosted_vllm/` models: chat and text completions on the direct path, retried by the Providers' retry loop;
+    what this path cannot send exactly as litellm would (tools, litellm-only params) goes to litellm, made (and
+    imported) only then."""
 
-    def __init__(self, litellm_backend: LitellmBackend) -> None:
-        self.litellm = litellm_backend
+    def __init__(self, retrier: retry.Retrier, litellm: Callable[[], LitellmBackend]) -> None:
+        self.retrier = retrier
+        self.litellm = litellm
         self._http = OpenAIHttp()
         self._rates: dict[str, tuple[float, float]] = {}  # per model, for models the pool leaves unpriced
 
@@ -186,19 +160,27 @@ class DirectBackend:
         return await self.send(spec, call, request_for(spec, call))
 
     async def send(
-        self, spec: ModelSpec, call: Call, request: dict[str, Any], diagnose: Diagnose | None = None
+        self,
+        spec: ModelSpec,
+        call: Call,
+        request: dict[str, Any],
+        diagnose: Diagnose | None = None,
+        rates: tuple[float, float] | None = None,
     ) -> Completion:
-        """Send `request` (built for `spec`, or for the server that serves it) directly where it is eligible."""
-        if eligible(request):
-            rates = self._direct_rates(spec)
-            return await self.litellm.send(spec, call, request, via=self._http.chat, rates=rates, diagnose=diagnose)
-        return await self.litellm.send(spec, call, request, diagnose=diagnose)
+        """Send `request` (built for `spec`, or for the server that serves it) directly where it is eligible, priced
+        at `rates` (USD per input and output token; by default the pool's price, else litellm's price map)."""
+        if not eligible(request):
+            return await self.litellm().send(spec, call, request)
+        cost = retry.priced(rates or self._direct_rates(spec))
+        return await self.retrier.send(spec, call, request, self._http.chat, cost, diagnose=diagnose)
 
     def _direct_rates(self, spec: ModelSpec) -> tuple[float, float]:
         """USD per token of a direct call: the pool's price, else litellm's price map (as litellm would charge)."""
-        if spec.price:
-            return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+        if rates := pool_rates(spec):
+            return rates
         if spec.model not in self._rates:  # litellm's price lookup costs more than the call: once per model
+            from conductor_mcp.models.litellm_backend import listed_price
+
             self._rates[spec.model] = listed_price(spec.model) or (0.0, 0.0)
         return self._rates[spec.model]
 

@@ -23,7 +23,8 @@ from conductor_mcp.core.records import Attempt
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.errors import ProviderError
 from conductor_mcp.models import local
-from conductor_mcp.models.backend import Backend, Call, Completion
+from conductor_mcp.models.backend import Backend, Call, Completion, pool_rates
+from conductor_mcp.models.retry import Retrier
 from conductor_mcp.runtime.logs import get_logger
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ MODULES = {
     "sim": "conductor_mcp.models.sim_backend",
 }
 
+# The kinds that may call through litellm: its own, the simulator (a litellm provider), the direct path (what it
+# cannot send itself). The embedded model's calls are all direct, plain completions: never through litellm.
+THROUGH_LITELLM = frozenset({"litellm", "sim", "direct"})
+
 
 def kind_of(model: str) -> str:
     """Which backend serves `model`: the host's model, the embedded one, the simulator, an OpenAI-compatible server
@@ -56,8 +61,8 @@ def kind_of(model: str) -> str:
 
 def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
     """USD per input and output token: the pool file's price, else litellm's price map, else None."""
-    if spec.price:
-        return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+    if rates := pool_rates(spec):
+        return rates
     from conductor_mcp.models.litellm_backend import listed_price
 
     return listed_price(spec.model)
@@ -68,6 +73,7 @@ class _Backends:
     """The backends a Providers made, by kind, and the warm-up importing their modules, if one is under way:
     shared with the Providers' `hosted` copies."""
 
+    retrier: Retrier  # the retry loop every backend sends through: one, so an endpoint's limit holds across them
     made: dict[str, Backend] = field(default_factory=dict)
     loading: asyncio.Future[list[str]] | None = None
     warm_started: bool = False
@@ -85,7 +91,7 @@ class Providers:
         # started on a local model's first call, or before it (`run` starts the pool's while it imports the engine)
         self.local = local_servers or local.LocalServers(settings.state_dir)
         self.host: HostModel | None = None  # answers `model: host` workers: see `hosted`
-        self._backends = _Backends()
+        self._backends = _Backends(Retrier(settings.retry_base_s))
 
     def hosted(self, host: HostModel | None) -> Providers:
         """These providers for one run whose `model: host` workers `host` answers (the MCP session that asked for
@@ -113,7 +119,7 @@ class Providers:
             kinds = sorted({kind_of(model) for model in models()} - {"host"})
             for kind in kinds:
                 importlib.import_module(MODULES[kind])
-            if kinds:  # every backend but the host's calls through litellm
+            if set(kinds) & THROUGH_LITELLM:
                 from conductor_mcp.models.litellm_backend import load_lazily_imported
 
                 load_lazily_imported()
@@ -145,19 +151,19 @@ class Providers:
         if kind == "litellm":
             from conductor_mcp.models.litellm_backend import LitellmBackend
 
-            return LitellmBackend(self.retry_base_s)
-        litellm_backend = cast("LitellmBackend", self._backend("litellm"))  # the others retry through it
-        if kind == "direct":
+            return LitellmBackend(self._backends.retrier)
+        if kind == "direct":  # litellm made only for a call the direct path cannot send itself
             from conductor_mcp.models.openai_http import DirectBackend
 
-            return DirectBackend(litellm_backend)
+            retrier = self._backends.retrier
+            return DirectBackend(retrier, lambda: cast("LitellmBackend", self._backend("litellm")))
         if kind == "local":
             from conductor_mcp.models.local_backend import LocalBackend
 
             return LocalBackend(self.local, cast("DirectBackend", self._backend("direct")))
         from conductor_mcp.models.sim_backend import SimBackend
 
-        return SimBackend(litellm_backend, self)
+        return SimBackend(cast("LitellmBackend", self._backend("litellm")), self)
 
     async def aclose(self) -> None:
         """Close every backend this Providers made (connections, litellm's sessions, managed model servers): the

@@ -10,8 +10,8 @@ from typing import Protocol
 from conductor_mcp.core.pool import ModelSpec
 from conductor_mcp.core.simulation import SimulationConfig
 from conductor_mcp.models import sim
-from conductor_mcp.models.backend import Call, Completion
-from conductor_mcp.models.litellm_backend import LitellmBackend, request_for
+from conductor_mcp.models.backend import Call, Completion, request_for
+from conductor_mcp.models.litellm_backend import LitellmBackend
 
 
 class SimOverrides(Protocol):

@@ -29,6 +29,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def _rate(tokens: float, seconds: float) -> str:
+    """Tokens per second, which say what this CPU can do (a run's token counts vary with its sampling)."""
+    return f" at {tokens / seconds:.0f}/s" if tokens and seconds > 0 else ""
+
+
 class Breakdown:
     """Marks taken through one `run`, and the lines they make."""
 
@@ -62,13 +67,14 @@ class Breakdown:
         waited = max(0.0, ready - max(began, self.run_started))  # a prestarted server loads during the imports
         prompt_s, generated_s = delta.get("prompt_seconds_total", 0.0), delta.get("tokens_predicted_seconds_total", 0.0)
         evaluated, cached = delta.get("prompt_tokens_total", 0.0), delta.get("prompt_tokens_cached_total", 0.0)
+        generated = delta.get("tokens_predicted_total", 0.0)
         rows = [
             ("start-up before the run", self.before, "interpreter and the CLI's imports"),
             ("imports for the run", self.imports_s, "the service, the engine, the model clients"),
             ("model server start", ready - began, "load the model, restore the conductor's slot" if ready else "none"),
             ("  the run waited for it", waited, "the rest of its start overlapped the imports"),
-            ("prompt tokens", prompt_s, f"{evaluated:.0f} evaluated, {cached:.0f} from llama.cpp's cache"),
-            ("generated tokens", generated_s, f"{delta.get('tokens_predicted_total', 0.0):.0f} tokens"),
+            ("prompt tokens", prompt_s, f"{evaluated:.0f} evaluated{_rate(evaluated, prompt_s)}, {cached:.0f} cached"),
+            ("generated tokens", generated_s, f"{generated:.0f} tokens{_rate(generated, generated_s)}"),
             ("the rest of the run", run_s - waited - prompt_s - generated_s, "ours: planning, steps, store, HTTP"),
         ]
         if not after:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -191,6 +192,74 @@ def test_cli_default_needs_no_keys(state: Path) -> None:
     assert run["totals"]["total_tokens"] > 0
     assert "Paris" in run["answer"] and "\n" not in run["answer"], run["answer"]
     assert "first answer after" in result.stderr and "Unclosed client session" not in result.stderr
+
+
+def test_a_run_on_the_local_pool_never_imports_litellm(state: Path) -> None:
+    """litellm costs ~3 s of CPU to import on a 2-core machine, more than the embedded model's whole answer on a
+    resident server: `run` on the local pool must not load it, nor the openai SDK (its exceptions' base)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "conductor_mcp", "run", "--quiet", "What is the capital of France?"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Paris" in result.stdout
+    imported = {
+        line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "conductor_mcp.models.local_backend" in imported  # the run did reach the embedded model's backend
+    assert {name.split(".")[0] for name in imported} & {"litellm", "openai"} == set()
+
+
+def test_verbose_says_where_the_time_went_in_the_model_s_own_tokens(state: Path) -> None:
+    """`run --verbose`: llama.cpp's own counts of the run's prompt tokens (evaluated and cached) and generated
+    tokens, with their rates on this CPU, agree with the run's usage; our own share and CPU are beside them."""
+    result = subprocess.run(
+        [sys.executable, "-m", "conductor_mcp", "run", "--quiet", "--verbose", "--json", "What is 2 + 2?"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    totals = json.loads(result.stdout[: result.stdout.rindex("}") + 1])["totals"]
+    prompt = re.search(r"prompt tokens +[\d.]+ +(\d+) evaluated(?: at \d+/s)?, (\d+) cached", result.stderr)
+    generated = re.search(r"generated tokens +([\d.]+) +(\d+) tokens at (\d+)/s", result.stderr)
+    assert prompt and generated, result.stderr[-2000:]
+    assert int(prompt[1]) + int(prompt[2]) == totals["prompt_tokens"]
+    assert int(generated[2]) == totals["completion_tokens"] and int(generated[3]) > 0
+    assert re.search(r"the rest of the run +[\d.]+ +ours", result.stderr)
+    assert re.search(r"CPU: this process [\d.]+ s, model server [\d.]+ s", result.stderr)
+
+
+HASHES = """
+import sys
+from pathlib import Path
+from conductor_mcp.models import local
+hashed = []
+sys.setprofile(lambda frame, event, _: event == "call" and frame.f_code.co_name == "_sha256_file" and hashed.append(1))
+name = local.LocalServers(Path(sys.argv[1])).slot_file(local.DEFAULT_MODEL)
+sys.setprofile(None)
+print(len(hashed), name)
+"""
+
+
+def test_the_model_file_is_hashed_once_not_on_every_cold_start(tmp_path: Path) -> None:
+    """The registry package hashes the 253 MB model on every call; a new process (each cold run) trusts the file
+    its state directory saw verified while its size and mtime are unchanged, and hashes it again once they are not."""
+
+    def hashes() -> tuple[int, str]:
+        command = [sys.executable, "-c", HASHES, str(tmp_path)]
+        probe = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        count, name = probe.stdout.split()
+        return int(count), name
+
+    first, second = hashes(), hashes()
+    assert first[0] == 1 and second == (0, first[1])
+    stamp = tmp_path / "local" / f"{local.DEFAULT_MODEL}.verified.json"
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "mtime_ns": 1}))  # as if the file had changed
+    assert hashes() == (1, first[1])
 
 
 def test_doctor_smoke_tests_the_embedded_model(state: Path) -> None:

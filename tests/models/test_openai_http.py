@@ -1,6 +1,7 @@
 """The direct path to OpenAI-compatible servers sends what litellm sends and fails as litellm fails: the same request
-body and key, the same usage and cost, litellm's exception class for each HTTP status. Both are checked against one
-real capturing server on loopback, litellm's side by calling litellm itself."""
+body and key, the same usage and cost, for each HTTP status a failure of the name litellm gives it, retried where
+litellm's is. Both are checked against one real capturing server on loopback, litellm's side by calling litellm
+itself."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.pool import ModelSpec
-from conductor_mcp.models import litellm_backend, openai_http, providers
+from conductor_mcp.models import http_errors, openai_http, providers, retry
+from conductor_mcp.models.backend import call_arguments
 from conductor_mcp.models.completion import completion_prompt, completion_stops
 from conductor_mcp.models.litellm_backend import RETRYABLE
 
@@ -84,7 +86,7 @@ async def test_a_call_sends_the_body_and_key_litellm_sends_and_reads_the_same_us
 ) -> None:
     monkeypatch.setenv("BENCH_TEST_KEY", "sk-direct-path-test-key-0123")
     spec = spec_at(base, api_key_env="BENCH_TEST_KEY")
-    request = litellm_backend.call_arguments(spec, MESSAGES, response_format=FORMAT)
+    request = call_arguments(spec, MESSAGES, response_format=FORMAT)
     assert openai_http.eligible(request)
     reference = await litellm.acompletion(**request)
     litellm_headers, litellm_body = SEEN[-1]
@@ -105,7 +107,7 @@ async def test_a_text_completion_sends_the_body_litellm_sends(base: str, tmp_pat
     path too, with litellm's body: the prompt, the params, extra_body merged; and every stop sequence, where
     litellm keeps the first 4 (OpenAI's own limit, which llama.cpp and vLLM do not have)."""
     spec = spec_at(base, prompt_style="completion")
-    request = litellm_backend.call_arguments(spec, MESSAGES)
+    request = call_arguments(spec, MESSAGES)
     request["prompt"] = completion_prompt(request.pop("messages"))
     request["stop"] = completion_stops(request.get("stop"))
     assert openai_http.eligible(request)
@@ -124,7 +126,7 @@ async def test_a_text_completion_sends_the_body_litellm_sends(base: str, tmp_pat
 
 async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_path: Path) -> None:
     spec = spec_at(base)
-    await litellm.acompletion(**litellm_backend.call_arguments(spec, MESSAGES))
+    await litellm.acompletion(**call_arguments(spec, MESSAGES))
     expected = SEEN[-1][0]["authorization"]
     models = providers.Providers(Settings.from_env(state_dir=tmp_path))
     await models.complete(spec, MESSAGES)
@@ -133,31 +135,40 @@ async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_p
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 408, 422, 429, 500, 502, 503, 504, 520])
-async def test_an_error_status_raises_litellm_s_exception_class(base: str, status: int) -> None:
-    request = litellm_backend.call_arguments(spec_at(base, model=f"hosted_vllm/status-{status}"), MESSAGES)
+async def test_an_error_status_fails_as_litellm_fails(base: str, status: int) -> None:
+    """The same class name (an attempt reads `Name: message`) and the same retry, without litellm's classes."""
+    request = call_arguments(spec_at(base, model=f"hosted_vllm/status-{status}"), MESSAGES)
     with pytest.raises(Exception) as from_litellm:
         await litellm.acompletion(**request)
     client = openai_http.OpenAIHttp()
     with pytest.raises(Exception) as direct:
         await client.chat(request)
     await client.aclose()
-    assert type(direct.value) is type(from_litellm.value)
-    assert isinstance(direct.value, RETRYABLE) == isinstance(from_litellm.value, RETRYABLE)
-    assert f"refused with {status}" in str(direct.value)
+    assert type(direct.value).__name__ == type(from_litellm.value).__name__
+    assert isinstance(direct.value, http_errors.CallError) and isinstance(direct.value, retry.FAILED)
+    assert isinstance(direct.value, retry.RETRYABLE) == isinstance(from_litellm.value, RETRYABLE)
+    assert f"refused with {status}" in str(direct.value) and str(from_litellm.value).endswith(str(direct.value))
 
 
 async def test_a_refused_connection_is_retryable_as_with_litellm(tmp_path: Path) -> None:
     from conductor_mcp.models.local import free_port
 
-    request = litellm_backend.call_arguments(spec_at(f"http://127.0.0.1:{free_port()}/v1"), MESSAGES)
+    request = call_arguments(spec_at(f"http://127.0.0.1:{free_port()}/v1"), MESSAGES)
     client = openai_http.OpenAIHttp()
-    with pytest.raises(RETRYABLE):
+    with pytest.raises(retry.RETRYABLE):
         await client.chat(request)
     await client.aclose()
 
 
+@pytest.mark.parametrize("reason", ["stop", "length", "tool_calls", "content_filter", "eos", "max_tokens", "odd"])
+def test_finish_reasons_read_as_litellm_reads_them(reason: str) -> None:
+    from litellm.litellm_core_utils.core_helpers import map_finish_reason
+
+    assert http_errors.finish_reason(reason) == map_finish_reason(reason)
+
+
 def test_calls_the_direct_path_cannot_make_as_litellm_does_go_to_litellm(base: str) -> None:
-    chat = litellm_backend.call_arguments(spec_at(base), MESSAGES)
+    chat = call_arguments(spec_at(base), MESSAGES)
     assert openai_http.eligible(chat)
     assert not openai_http.eligible({**chat, "mock_response": "x"})  # litellm-only parameters
     assert not openai_http.eligible({**chat, "tools": [{"type": "function"}]})  # litellm rewrites tool schemas
