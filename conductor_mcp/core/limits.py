@@ -212,6 +212,10 @@ LOCAL_SLOTS = 2  # local.CONDUCTOR_SLOT and local.WORKER_SLOT
 # models/local_slots.py
 SLOT_IO_TIMEOUT_S = 10.0  # saving or restoring the conductor's slot: 12-15 MB on local disk
 
+# learning/pilot.py
+PILOT_ANSWER_TOKENS = 12  # a pilot answer is a number, a word or a date
+PILOT_ANSWER_CHARS = 200  # a model's completion is untrusted: only its opening is read
+
 
 def max_calls(steps: int) -> int:
     """The call cap of a run allowed `steps` steps: it bounds recursion and re-planning, not the workflow."""

@@ -18,14 +18,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from conductor_mcp.core.limits import PILOT_ANSWER_CHARS, PILOT_ANSWER_TOKENS
 from conductor_mcp.models import local_slots
 
 FAMILIES = ("arithmetic", "strings", "dates", "units")
 GO_MARGIN = 0.15
 GO_BEST_CEILING = 0.7
 SHOTS = 5
-MAX_ANSWER_CHARS = 200  # a model's completion is untrusted: only its opening is read
-ANSWER_TOKENS = 12
 
 _WORDS = (
     "apple",
@@ -183,7 +182,7 @@ _TOKEN = re.compile(r"\d{4}-\d{2}-\d{2}|-?\d+|[a-z]+")
 
 def extract(completion: str) -> str | None:
     """The answer a completion gives: the first date, integer or word on its first non-empty line."""
-    for line in completion[:MAX_ANSWER_CHARS].lower().splitlines():
+    for line in completion[:PILOT_ANSWER_CHARS].lower().splitlines():
         found = _TOKEN.search(line)
         if found:
             return found.group(0)
@@ -232,13 +231,13 @@ def answer(base_url: str, model: str, prompt: str, timeout_s: float) -> str:
     body = {
         "model": model,
         "prompt": prompt,
-        "max_tokens": ANSWER_TOKENS,
+        "max_tokens": PILOT_ANSWER_TOKENS,
         "temperature": 0,
         "stop": ["\n"],
         "id_slot": local_slots.WORKER_SLOT,
     }
     reply = local_slots.post(f"{base_url}/completions", body, timeout_s)
-    return str(reply["choices"][0]["text"])[:MAX_ANSWER_CHARS]
+    return str(reply["choices"][0]["text"])[:PILOT_ANSWER_CHARS]
 
 
 def markdown(result: Table, cpu_s: dict[str, float], command: str, count: int) -> str:
