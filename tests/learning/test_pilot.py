@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from conductor_mcp.core.limits import PILOT_ANSWER_CHARS
 from conductor_mcp.learning import pilot
 
 
@@ -66,7 +67,7 @@ def test_the_checker_reads_the_answer_and_only_the_answer() -> None:
     assert not pilot.correct(number, "")
     word = pilot.Task("w", "dates", "Which month is 1 month after May?", "june")
     assert pilot.correct(word, " June.") and not pilot.correct(word, " July")
-    assert pilot.extract("x" * pilot.MAX_ANSWER_CHARS + " 5") is not None and pilot.extract(" " * 300 + "5") is None
+    assert pilot.extract("x" * PILOT_ANSWER_CHARS + " 5") is not None and pilot.extract(" " * 300 + "5") is None
 
 
 def test_a_specialist_prompt_teaches_its_family_without_the_question() -> None:
