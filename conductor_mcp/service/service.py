@@ -255,6 +255,7 @@ class Service(RunReader):
         context = follow_up_context(parent.context, feedback)[-MAX_CONTEXT_CHARS:]
         run, pool = self._new_run(parent.request().but(context=context, self_correct=False), host is not None)
         run.follow(parent, continuation_step(parent.workflow, feedback))
+        self._store.save_run(run)  # before its steps: PostgreSQL holds a step to a run row that exists
         for seq, step in enumerate(run.steps):
             self._store.save_step(run.id, seq, step, None)
         self._launch(run, pool, host)
