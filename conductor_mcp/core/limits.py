@@ -112,10 +112,6 @@ MAX_REPORTED_TOKENS = 10_000_000  # a client's own usage report is believed up t
 DEFAULT_WAIT_S = 45.0  # below the ~60 s at which Claude Desktop and older Codex versions cut a tool call
 MAX_WAIT_S = 3600.0
 
-# doors/mcp/tasks.py
-# tasks whose call asked for detail='full' remembered; an older one's result is the summary
-TASK_DETAILS_REMEMBERED = 10_000
-
 # doors/viewer/markdown.py
 MAX_RENDERED_CHARS = 200_000  # past this an output is shown as text only: rendering it would cost the server
 
