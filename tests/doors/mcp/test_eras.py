@@ -4,7 +4,8 @@
 `server/discover` and speaks the 2026-07-28 era (no handshake, no session: every request stands alone). Each era
 orchestrates, continues and cancels a run on one server. The stateless era must also hold when every request
 goes to whichever of two replicas sharing PostgreSQL a round-robin balancer picks: a run started through one is
-continued, read and cancelled through the other, and a Tasks client polls its task there.
+continued, read and cancelled through the other, and a Tasks client polls its task there. Over stdio the SDK
+client speaks both eras too.
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ import asyncio
 import itertools
 import json
 import shutil
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
 import pytest
+from mcp import StdioServerParameters
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 
-from tests.conftest import HttpServer, owned_task, scripted_pool
+from tests.conftest import HttpServer, owned_task, scripted_pool, server_env
 from tests.service.test_cancel_anywhere import CancelTask, CreatedTask, GetTask, TaskParams, TasksClient, TaskState
 
 pytestmark = pytest.mark.slow
@@ -141,6 +144,16 @@ async def test_each_era_orchestrates_continues_and_cancels(one_server: HttpServe
         else:
             assert client.protocol_version == LATEST_MODERN_VERSION  # discovered, no handshake
             assert "io.modelcontextprotocol/tasks" in (client.server_capabilities.extensions or {})
+        await _orchestrate_continue_and_cancel(client)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_each_era_over_stdio(tmp_path: Path, mode: str) -> None:
+    env = server_env(tmp_path / "state", CONDUCTOR_POOL_PATH=str(_pools(tmp_path)), CONDUCTOR_SIM_TIME_SCALE="1")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "conductor_mcp", "serve"], env=env)
+    async with Client(params, mode=mode) as client:
+        expected = HANDSHAKE_PROTOCOL_VERSIONS if mode == "legacy" else (LATEST_MODERN_VERSION,)
+        assert client.protocol_version in expected
         await _orchestrate_continue_and_cancel(client)
 
 
