@@ -80,6 +80,9 @@ MAX_CHOSEN = 64  # ids in one list: a pool is a handful of workers
 MAX_DOCUMENT_DEPTH = 32
 MAX_DOCUMENT_VALUES = 100_000
 
+# core/trace_context.py
+MAX_TRACESTATE_CHARS = 512  # W3C Trace Context: 32 list members; platforms should propagate at least 512 chars
+
 # doors/http/app.py
 GRACEFUL_SHUTDOWN_S = 5  # open event streams (viewer pages, OpenAI streams) must not hold a stop forever
 

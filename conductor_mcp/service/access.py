@@ -17,6 +17,7 @@ from conductor_mcp.core.limits import CANCEL_GRACE_S
 from conductor_mcp.core.principal import Principal
 from conductor_mcp.core.records import Run, ToolResult
 from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.trace_context import TraceContext
 from conductor_mcp.errors import RunNotFound
 from conductor_mcp.service.reader import RunReader
 from conductor_mcp.service.service import Service
@@ -78,10 +79,12 @@ class Access(Reads):
     def start(self, request: RunRequest, host: HostModel | None = None) -> Run:
         return self.service.start(self._asked(request), host=host)
 
-    def continue_run(self, run_id: str, feedback: str | None = None, host: HostModel | None = None) -> Run:
+    def continue_run(
+        self, run_id: str, feedback: str | None = None, host: HostModel | None = None, trace: TraceContext | None = None
+    ) -> Run:
         """As Service.continue_run; a follow-up run belongs to the principal of the run it follows."""
         self.get_run(run_id)
-        return self.service.continue_run(run_id, feedback, host)
+        return self.service.continue_run(run_id, feedback, host, trace)
 
     def answer_tool_calls(self, run_id: str, results: list[ToolResult]) -> Run:
         self.get_run(run_id)
