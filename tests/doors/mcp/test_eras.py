@@ -116,15 +116,17 @@ async def _orchestrate_continue_and_cancel(client: Client) -> None:
     assert follow_up["status"] == "done" and follow_up["parent_run_id"] == run_id, follow_up
 
     # The caller that started a run goes away mid-run: its call is cancelled, and so is the run.
-    call = client.call_tool("orchestrate", {"task": "t", "pool": "stuck", "wait_seconds": 60})
-    async with owned_task(call) as waiting:
+    step_started = asyncio.Event()
 
-        async def running() -> list[Any] | None:
-            assert not waiting.done(), waiting
-            listed = _structured(await client.call_tool("runs", {"status": "running"}))
-            return listed["runs"] or None
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        if message and "step 0 started" in message:  # events that arrive together come as one message
+            step_started.set()
 
-        (stuck,) = await until_async(running, "the stuck run is running")
+    stuck_run = {"task": "t", "pool": "stuck", "wait_seconds": 60}
+    async with owned_task(client.call_tool("orchestrate", stuck_run, progress_callback=progress)) as waiting:
+        await asyncio.wait_for(step_started.wait(), 60)  # progress reaches the caller in either era
+        listed = _structured(await client.call_tool("runs", {"status": "running"}))
+        (stuck,) = listed["runs"]
         waiting.cancel()
     assert await _ended(client, stuck["run_id"]) == "cancelled"
 
