@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
@@ -65,9 +65,8 @@ def task_run(task: str) -> tuple[str, Detail]:
     run_id, mark, detail = task.partition(DETAIL_MARK)
     if not mark:
         return run_id, "summary"
-    for known in get_args(Detail):
-        if detail == known and known != "summary":
-            return run_id, known
+    if detail == "full":
+        return run_id, "full"
     raise RunNotFound(task)
 
 
