@@ -1,5 +1,6 @@
-"""The caller's W3C trace context, which a run's trace continues (SEP-414: `traceparent` and `tracestate` in a
-request's `_meta`, the keys the 2026-07-28 specification reserves for OpenTelemetry).
+"""The caller's W3C trace context, which a run's trace continues (SEP-414: `traceparent` and `tracestate` in an
+MCP request's `_meta`, the keys the 2026-07-28 specification reserves for OpenTelemetry; on the OpenAI door, the
+W3C HTTP headers of the same names).
 
 It comes from the client, so it is checked before it is kept: a `traceparent` must be the W3C version-00 form with
 non-zero ids, a `tracestate` at most the W3C limit; anything else is ignored (the run starts a trace of its own),
@@ -35,7 +36,7 @@ class TraceContext(BaseModel):
 
 
 def trace_context(meta: Mapping[str, object] | None) -> TraceContext | None:
-    """The trace context a request's `_meta` carries, or None when it carries none that is well formed."""
+    """The trace context a request's `_meta` (or HTTP headers) carries, or None when none is well formed."""
     if not meta:
         return None
     parent, state = meta.get("traceparent"), meta.get("tracestate")

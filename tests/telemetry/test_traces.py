@@ -361,3 +361,29 @@ async def test_a_resumed_run_keeps_its_trace_whoever_resumes_it(
     parent = "00f067aa0ba902b7" if traced_caller else ""
     assert done.status == "done" and (done.trace_id == CALLER_TRACE) == traced_caller
     assert {(r.trace_id.hex(), r.parent_span_id.hex()) for r in roots} == {(done.trace_id, parent)}
+
+
+def test_an_openai_request_with_w3c_trace_headers_runs_under_the_callers_span(
+    tmp_path: Path, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    server = HttpServer(
+        tmp_path / "state",
+        None,
+        CONDUCTOR_POOL="sim",
+        CONDUCTOR_SIM_TIME_SCALE="0.01",
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+    )
+    try:
+        token = server.token_file.read_text().strip()
+        reply = httpx.post(
+            f"http://127.0.0.1:{server.port}/v1/chat/completions",
+            json={"model": "conductor/sim", "messages": [{"role": "user", "content": TASK}]},
+            headers={"authorization": f"Bearer {token}", "traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"},
+            timeout=120,
+        )
+        assert reply.status_code == 200, reply.text
+    finally:
+        server.stop()
+    (root,) = [span for span in received.spans if span.name.startswith("run ")]
+    assert (root.trace_id.hex(), root.parent_span_id.hex()) == (CALLER_TRACE, "00f067aa0ba902b7")
