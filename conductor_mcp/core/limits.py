@@ -80,6 +80,9 @@ MAX_CHOSEN = 64  # ids in one list: a pool is a handful of workers
 MAX_DOCUMENT_DEPTH = 32
 MAX_DOCUMENT_VALUES = 100_000
 
+# core/trace_context.py
+MAX_TRACESTATE_CHARS = 512  # W3C Trace Context: 32 list members; platforms should propagate at least 512 chars
+
 # doors/http/app.py
 GRACEFUL_SHUTDOWN_S = 5  # open event streams (viewer pages, OpenAI streams) must not hold a stop forever
 
@@ -111,10 +114,6 @@ MAX_REPORTED_TOKENS = 10_000_000  # a client's own usage report is believed up t
 # doors/mcp/server.py
 DEFAULT_WAIT_S = 45.0  # below the ~60 s at which Claude Desktop and older Codex versions cut a tool call
 MAX_WAIT_S = 3600.0
-
-# doors/mcp/tasks.py
-# tasks whose call asked for detail='full' remembered; an older one's result is the summary
-TASK_DETAILS_REMEMBERED = 10_000
 
 # doors/viewer/markdown.py
 MAX_RENDERED_CHARS = 200_000  # past this an output is shown as text only: rendering it would cost the server

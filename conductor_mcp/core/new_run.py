@@ -34,5 +34,6 @@ def new_run(request: RunRequest, pool: Pool, pool_digest: str, sampling: bool) -
         workspace=request.workspace,
         keep_workspaces=request.keep_workspaces,
         principal=request.principal,
+        trace_parent=request.trace,
     )
     return run, pool_view(pool, run.worker_ids)

@@ -21,6 +21,7 @@ from conductor_mcp.core.outcome import Stop, legacy_stop
 from conductor_mcp.core.pool import CONDUCTOR_ID
 from conductor_mcp.core.principal import LOCAL_NAME
 from conductor_mcp.core.request import FileRef, RunRequest
+from conductor_mcp.core.trace_context import TraceContext
 from conductor_mcp.core.usage import Budget, CallUsage, Totals
 from conductor_mcp.core.workflow import Repair, Step, Workflow
 
@@ -162,6 +163,9 @@ class Run(BaseModel):
     principal: str = Field(default=LOCAL_NAME, description="who started the run: only it (and admins) may see it")
     owner: str | None = Field(default=None, description="lease token of the process executing the run")
     trace_id: str | None = Field(default=None, description="its OpenTelemetry trace (32 hex digits), when traced")
+    trace_parent: TraceContext | None = Field(
+        default=None, description="the caller's span its trace continues (W3C trace context), when it sent one"
+    )
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     started_at: str | None = None

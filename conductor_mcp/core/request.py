@@ -23,6 +23,7 @@ from conductor_mcp.core.limits import (
     MAX_TOOLS_CHARS,
 )
 from conductor_mcp.core.principal import LOCAL_NAME
+from conductor_mcp.core.trace_context import TraceContext
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.errors import RequestError, RequestTooLarge
 
@@ -121,6 +122,7 @@ class RunRequest(BaseModel):
     keep_workspaces: bool = Field(default=False, description="leave agent workspaces on disk after the run")
     workers: WorkerChoice | None = Field(default=None, description="the caller's choice of workers (pool ids)")
     principal: str = Field(default=LOCAL_NAME, description="who asks: the run is theirs (core/principal.py)")
+    trace: TraceContext | None = Field(default=None, description="the caller's trace, which the run's continues")
 
     @field_validator("task")
     @classmethod

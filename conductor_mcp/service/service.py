@@ -27,6 +27,7 @@ from conductor_mcp.core.pool import CONDUCTOR_ID, Pool
 from conductor_mcp.core.prompts import continuation_step, follow_up_context
 from conductor_mcp.core.records import Run, ToolResult, now
 from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.trace_context import TraceContext
 from conductor_mcp.core.usage import CostEstimate, ServerBudget
 from conductor_mcp.core.workflow import Workflow, given_workflow
 from conductor_mcp.engine.conductor import Conductor
@@ -172,13 +173,16 @@ class Service(RunReader):
         """Whether this process runs it now (a caller collecting it did not start it, so leaving cancels nothing)."""
         return run_id in self._active
 
-    def continue_run(self, run_id: str, feedback: str | None = None, host: HostModel | None = None) -> Run:
+    def continue_run(
+        self, run_id: str, feedback: str | None = None, host: HostModel | None = None, trace: TraceContext | None = None
+    ) -> Run:
         """Collect, resume or follow up a run; returns the run to `wait` on (a new one when there is feedback).
 
         - running here or in another process (either store): that run, which `wait` follows to its end;
         - planned: its stored plan starts;
         - interrupted, failed or cancelled: it resumes; finished steps are kept and not called again;
-        - with feedback (any run not running): a follow-up run (see `_follow_up`) that links to its parent.
+        - with feedback (any run not running): a follow-up run (see `_follow_up`) that links to its parent, its
+          trace a child of the caller's `trace` when one is given (a resumed run keeps the trace it had).
         """
         active = self._active.get(run_id)
         if active is not None:
@@ -192,7 +196,7 @@ class Service(RunReader):
                 raise RequestError(f"feedback: run {run_id} is still running; collect it before giving feedback")
             return run
         if feedback is not None:
-            return self._follow_up(run, feedback, host)
+            return self._follow_up(run, feedback, host, trace)
         if run.status == "done":
             return run
         return self._resume(run, host=host)
@@ -245,7 +249,7 @@ class Service(RunReader):
         self._store.update(run_id, write_back)
         del self._unsaved[run_id]
 
-    def _follow_up(self, parent: Run, feedback: str, host: HostModel | None) -> Run:
+    def _follow_up(self, parent: Run, feedback: str, host: HostModel | None, trace: TraceContext | None) -> Run:
         """A child run: the parent's finished steps, taken over as they are, then the conductor as a worker
         who sees them all and the caller's feedback, and writes a corrective workflow or stops."""
         if not feedback.strip():
@@ -253,8 +257,10 @@ class Service(RunReader):
         if parent.workflow is None or not parent.workflow.steps:
             raise RequestError(f"run_id: run {parent.id} has no workflow to follow up; orchestrate the task again")
         context = follow_up_context(parent.context, feedback)[-MAX_CONTEXT_CHARS:]
-        run, pool = self._new_run(parent.request().but(context=context, self_correct=False), host is not None)
+        request = parent.request().but(context=context, self_correct=False, trace=trace)
+        run, pool = self._new_run(request, host is not None)
         run.follow(parent, continuation_step(parent.workflow, feedback))
+        self._store.save_run(run)  # before its steps: PostgreSQL holds a step to a run row that exists
         for seq, step in enumerate(run.steps):
             self._store.save_step(run.id, seq, step, None)
         self._launch(run, pool, host)

@@ -8,7 +8,8 @@ prompts, the answers and error texts (a failing agent's stderr quotes its prompt
 request) stay out of the spans unless the operator sets CONDUCTOR_TRACE_CONTENT: a failed span says only what
 kind of failure it was (the step's status, the run's `Stop.kind`, the call's exception class). A resumed run
 continues the trace its id was stored with (`Run.trace_id`), so one run is one trace however many times it
-resumed.
+resumed. A client that sent its trace context with the call that started the run (`traceparent`/`tracestate` in
+the request's `_meta`, SEP-414; `Run.trace_parent`) gets the run's root span as a child of its own span.
 
 The spans are made from the run's events and records (telemetry/observer.py), not by the engine: a model call's
 span is written when its step ends, from the attempt's recorded start and latency. The tracer provider is the
@@ -36,12 +37,14 @@ from conductor_mcp.runtime.logs import register_secret
 
 try:
     from opentelemetry import trace
+    from opentelemetry.context import Context
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as missing:  # pragma: no cover - the extra is part of dev installs
     raise SettingsError(
         f"OTEL_EXPORTER_OTLP_ENDPOINT is set but {missing.name} is not installed: pip install 'conductor-mcp[otel]'"
@@ -123,7 +126,7 @@ class RunTrace:
             attributes["conductor.run.task"] = run.task[:MAX_CONTENT_CHARS]
         resumed = _RESUMED_TRACE.set(int(run.trace_id, 16) if run.trace_id else None)
         try:
-            self.span = self.tracer.start_span(f"run {run.pool}", attributes=attributes)
+            self.span = self.tracer.start_span(f"run {run.pool}", _caller(run), attributes=attributes)
         finally:
             _RESUMED_TRACE.reset(resumed)
         run.trace_id = format(self.span.get_span_context().trace_id, "032x")
@@ -238,6 +241,15 @@ class RunTrace:
     def _error(self, text: str | None, kind: str) -> str:
         """A failed span's status description: the error's text when content may go into spans, else its kind."""
         return (text or kind)[:MAX_ERROR_CHARS] if self.content else kind
+
+
+def _caller(run: Run) -> Context:
+    """The parent of the run's root span in every execution of the run: the span of the client that started it
+    (the W3C trace context it sent), else none. Never the ambient context: the MCP SDK makes each request's `_meta`
+    trace context current while the handler runs, and a run resumed by a later call must keep the trace it had."""
+    if run.trace_parent is None:
+        return Context()
+    return TraceContextTextMapPropagator().extract(run.trace_parent.model_dump(exclude_none=True), Context())
 
 
 def error_class(error: str | None) -> str:

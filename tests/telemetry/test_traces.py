@@ -11,13 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import RequestParamsMeta
+from opentelemetry import context as otel_context
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from conductor_mcp.config import Settings
+from conductor_mcp.core.trace_context import TraceContext
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.doors.viewer.html import run_page
 from conductor_mcp.runs.postgres import PostgresStore
@@ -275,3 +282,108 @@ def test_the_spans_of_a_run_that_ends_just_before_the_server_stops_are_exported(
     (root,) = [span for span in received.spans if not span.parent_span_id]
     assert attributes(root)["conductor.run.id"] == run_id and attributes(root)["conductor.run.status"] == "done"
     assert len(received.spans) >= 4  # the run, its plan, its steps and their model calls
+
+
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_run_started_with_the_callers_trace_context_is_a_child_of_the_callers_span(
+    tmp_path: Path, receiver: tuple[str, Received], mode: str
+) -> None:
+    """SEP-414: `traceparent`/`tracestate` in a tools/call's `_meta`, in either protocol era, make the run's root
+    span a child of the caller's span; a follow-up's root span is a child of the span that asked for it."""
+    endpoint, received = receiver
+    server = HttpServer(
+        tmp_path / "state",
+        None,
+        CONDUCTOR_POOL="sim",
+        CONDUCTOR_SIM_TIME_SCALE="0.01",
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+    )
+    try:
+        token = server.token_file.read_text().strip()
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60)
+        async with Client(streamable_http_client(server.url, http_client=http), mode=mode) as client:
+            meta: RequestParamsMeta = {
+                "traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01",
+                "tracestate": "congo=t61rcWkgMzE",
+            }
+            started = await client.call_tool("orchestrate", {"task": TASK, "wait_seconds": 60}, meta=meta)
+            run_id = (started.structured_content or {})["run_id"]
+            meta = {"traceparent": f"00-{CALLER_TRACE}-b7ad6b7169203331-01"}
+            arguments = {"run_id": run_id, "feedback": "Shorter.", "wait_seconds": 60}
+            followed = await client.call_tool("continue_workflow", arguments, meta=meta)
+            follow_up_id = (followed.structured_content or {})["run_id"]
+            meta = {"traceparent": f"00-{'0' * 32}-b7ad6b7169203331-01"}  # all-zero trace id: invalid, ignored
+            alone = await client.call_tool("orchestrate", {"task": TASK, "wait_seconds": 60}, meta=meta)
+            alone_id = (alone.structured_content or {})["run_id"]
+    finally:
+        server.stop()  # SIGTERM: the service closes and flushes its spans
+    roots = {attributes(s)["conductor.run.id"]: s for s in received.spans if s.name.startswith("run ")}
+    for run, parent in ((run_id, "00f067aa0ba902b7"), (follow_up_id, "b7ad6b7169203331")):
+        assert roots[run].trace_id.hex() == CALLER_TRACE, run
+        assert roots[run].parent_span_id.hex() == parent, run
+        assert roots[run].trace_state == ("congo=t61rcWkgMzE" if run == run_id else "")
+    assert roots[alone_id].parent_span_id == b"" and roots[alone_id].trace_id.hex() not in (CALLER_TRACE, "0" * 32)
+    steps = [s for s in received.spans if s.name.startswith("step ") and s.trace_id == roots[run_id].trace_id]
+    assert {attributes(s)["conductor.run.id"] for s in steps} == {run_id, follow_up_id}
+
+
+@pytest.mark.parametrize("traced_caller", [True, False])
+async def test_a_resumed_run_keeps_its_trace_whoever_resumes_it(
+    tmp_path: Path, pool_dir: Path, receiver: tuple[str, Received], traced_caller: bool
+) -> None:
+    """The MCP SDK makes a request's `_meta` trace context current while its handler runs; a run resumed by a later
+    call from another trace must not join that one: it keeps its trace (under the span that started it, if any)."""
+    endpoint, received = receiver
+    doc = sim_pool_doc()
+    doc["workers"][0] |= {"model": "openai/late", "params": {"mock_response": "late answer", "mock_delay": 60}}
+    scripted_pool(pool_dir, "resumed", [("model_0", "Solve it.", [])], workers=doc["workers"])
+    config = Settings.from_env(state_dir=tmp_path / "state", otlp_endpoint=endpoint).with_pool_dirs_first(pool_dir)
+    started_by = TraceContext(traceparent=f"00-{CALLER_TRACE}-00f067aa0ba902b7-01") if traced_caller else None
+    async with Service.open(config) as first:
+        run = first.start(ask(TASK, pool="resumed", trace=started_by))
+        async for event in first.follow(run.id):
+            if event.kind == "step_started":
+                break
+    doc["workers"][0]["params"]["mock_delay"] = 0
+    scripted_pool(pool_dir, "resumed", [("model_0", "Solve it.", [])], workers=doc["workers"])
+    other_caller = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1))
+    ambient = otel_context.attach(set_span_in_context(NonRecordingSpan(other_caller)))  # as the SDK's handler has it
+    try:
+        async with Service.open(config) as second:
+            done = await second.wait(second.continue_run(run.id).id, None)
+    finally:
+        otel_context.detach(ambient)
+    roots = [s for s in received.spans if s.name.startswith("run ")]
+    assert [attributes(r)["conductor.run.status"] for r in roots] == ["interrupted", "done"]
+    parent = "00f067aa0ba902b7" if traced_caller else ""
+    assert done.status == "done" and (done.trace_id == CALLER_TRACE) == traced_caller
+    assert {(r.trace_id.hex(), r.parent_span_id.hex()) for r in roots} == {(done.trace_id, parent)}
+
+
+def test_an_openai_request_with_w3c_trace_headers_runs_under_the_callers_span(
+    tmp_path: Path, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    server = HttpServer(
+        tmp_path / "state",
+        None,
+        CONDUCTOR_POOL="sim",
+        CONDUCTOR_SIM_TIME_SCALE="0.01",
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+    )
+    try:
+        token = server.token_file.read_text().strip()
+        reply = httpx.post(
+            f"http://127.0.0.1:{server.port}/v1/chat/completions",
+            json={"model": "conductor/sim", "messages": [{"role": "user", "content": TASK}]},
+            headers={"authorization": f"Bearer {token}", "traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"},
+            timeout=120,
+        )
+        assert reply.status_code == 200, reply.text
+    finally:
+        server.stop()
+    (root,) = [span for span in received.spans if span.name.startswith("run ")]
+    assert (root.trace_id.hex(), root.parent_span_id.hex()) == (CALLER_TRACE, "00f067aa0ba902b7")

@@ -39,6 +39,7 @@ from conductor_mcp.core.request import (
     TaskText,
     WorkersArg,
 )
+from conductor_mcp.core.trace_context import TraceContext, trace_context
 from conductor_mcp.core.usage import Budget
 from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.mcp.app import UI_META, apps_extension, ui_gate
@@ -167,6 +168,11 @@ class Door:
         return run_result(run, detail, self.links.run(run.id), patch)
 
 
+def caller_trace(ctx: Context) -> TraceContext | None:
+    """The W3C trace context the request's `_meta` carries (SEP-414), which the run's trace continues."""
+    return trace_context(ctx.request_context.meta)
+
+
 class WarmAfterHandshake:
     """Starts the service's warm-up of its model backends once a client's first request after `initialize` has
     been answered (tools/list, for hosts that list tools first): the handshake is answered without litellm, which
@@ -246,6 +252,7 @@ def _register_orchestrate(server: MCPServer, door: Door) -> None:
                 files=file_refs,
                 workers=workers,
                 workspace=where,
+                trace=caller_trace(ctx),
             )
             run = access(door.service).start(request, host=host_of(ctx))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=True, apply=apply)
@@ -305,7 +312,7 @@ def _register_plan_and_continue(server: MCPServer, door: Door) -> None:
         with conductor_errors():
             mine = access(service)
             collecting = mine.executes_here(run_id)  # someone else's call started it: leaving must not cancel it
-            run = mine.continue_run(run_id, feedback, host_of(ctx))
+            run = mine.continue_run(run_id, feedback, host_of(ctx), caller_trace(ctx))
             resumed = run.id != run_id or (not collecting and mine.executes_here(run.id))
         return await door.collect(run, wait_seconds, detail, ctx, cancel_on_exit=resumed, apply=apply)
 

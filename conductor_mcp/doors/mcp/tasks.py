@@ -1,16 +1,19 @@
 """MCP Tasks (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a run is a task.
 
 A client that declares the extension on a 2026-07-28-era request gets `orchestrate` and `continue_workflow`
-answered at once with a task (`resultType: "task"`, the task id is the run id) instead of a blocking call; it
+answered at once with a task (`resultType: "task"`) instead of a blocking call; it
 polls `tasks/get` for the status and, once the run has finished, the same CallToolResult the tool returns;
 `tasks/cancel` cancels the run (its finished steps are kept). Every other client gets the tools as they are
 (`wait_seconds`, then `continue_workflow`). The tools' own code runs in both cases: in task mode a tool starts
 its run and hands it over (`hand_over`) instead of waiting for it.
+
+The task id is a handle that carries all a `tasks/*` request needs beside the stored run: the run id, and the
+detail the call asked for when it is not the default (`<run id>.full`). Nothing lives in one process's memory,
+so any replica on the same store answers for a task another one started (the 2026-07-28 era is stateless).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,7 +29,6 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from conductor_mcp.core.limits import TASK_DETAILS_REMEMBERED
 from conductor_mcp.core.records import Run, RunStatus
 from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.mcp.results import Detail, run_result
@@ -49,7 +51,23 @@ TASK_STATUS: dict[RunStatus, str] = {
     "interrupted": "failed",
 }
 
-TaskId = Annotated[str, Field(alias="taskId", min_length=1, max_length=64, description="a run id, as a task named it")]
+TaskId = Annotated[str, Field(alias="taskId", min_length=1, max_length=64, description="a task id, as a task named it")]
+DETAIL_MARK = "."  # run ids are hex: the first dot in a task id starts the detail its call asked for
+
+
+def task_id(run_id: str, detail: Detail) -> str:
+    """The handle of a run served as a task: the run id, with the detail its result is given in unless default."""
+    return run_id if detail == "summary" else f"{run_id}{DETAIL_MARK}{detail}"
+
+
+def task_run(task: str) -> tuple[str, Detail]:
+    """A task id's run id and detail; RunNotFound for a handle no server minted."""
+    run_id, mark, detail = task.partition(DETAIL_MARK)
+    if not mark:
+        return run_id, "summary"
+    if detail == "full":
+        return run_id, "full"
+    raise RunNotFound(task)
 
 
 class TaskParams(RequestParams):
@@ -113,9 +131,6 @@ class TasksExtension(Extension):
     def __init__(self, service: Front, links: Links | None = None) -> None:
         self.service = service
         self.links = links or Links()
-        self.details: OrderedDict[str, Detail] = (
-            OrderedDict()
-        )  # task id -> the detail its call asked for, if not summary
 
     def methods(self) -> list[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -141,18 +156,14 @@ class TasksExtension(Extension):
         run = handover.run
         if run is None or run.status != "running":
             return result
-        if handover.detail != "summary":
-            self.details[run.id] = handover.detail  # kept only when it differs from tasks/get's default
-            while len(self.details) > TASK_DETAILS_REMEMBERED:
-                self.details.popitem(last=False)
-        return {"resultType": "task", **self.task(run)}  # the run is stored: tasks/get resolves it already
+        return {"resultType": "task", **self.task(run, handover.detail)}  # stored: tasks/get resolves it already
 
-    def task(self, run: Run) -> dict[str, Any]:
+    def task(self, run: Run, detail: Detail) -> dict[str, Any]:
         """The SEP's Task for a run: status, a message, times; runs are kept, so the ttl is unlimited."""
         finished = sum(1 for s in run.steps if s.status == "done")
         message = f"{run.status}: {finished}/{len(run.steps)} steps done" + (f"; {run.error}" if run.error else "")
         return {
-            "taskId": run.id,
+            "taskId": task_id(run.id, detail),
             "status": TASK_STATUS[run.status],
             "statusMessage": message,
             "createdAt": run.created_at,
@@ -164,10 +175,11 @@ class TasksExtension(Extension):
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         """`tasks/get`: the task's state and, when it has finished, the result the tool would have returned."""
         with task_errors():
-            run = access(self.service).get_run(params.task_id)
-        task = {"resultType": "complete", **self.task(run)}
+            run_id, detail = task_run(params.task_id)
+            run = access(self.service).get_run(run_id)
+        task = {"resultType": "complete", **self.task(run, detail)}
         if task["status"] == "completed":
-            result = run_result(run, self.details.get(run.id, "summary"), self.links.run(run.id))
+            result = run_result(run, detail, self.links.run(run.id))
             wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             task["result"] = serialize_server_result("tools/call", ctx.protocol_version, wire)
         elif task["status"] == "failed":
@@ -182,7 +194,7 @@ class TasksExtension(Extension):
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         """`tasks/update`: acknowledged; a run never asks for input, so every response is one to ignore."""
         with task_errors():
-            access(self.service).get_run(params.task_id)
+            access(self.service).get_run(task_run(params.task_id)[0])
         return {}
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
@@ -192,5 +204,5 @@ class TasksExtension(Extension):
         run executing in another process is asked through the store and this does not wait for it; a task that has
         already ended is acknowledged and stays as it ended."""
         with task_errors():
-            await access(self.service).cancel(params.task_id, wait_s=0)
+            await access(self.service).cancel(task_run(params.task_id)[0], wait_s=0)
         return {}

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
+from conductor_mcp.core.trace_context import trace_context
 from conductor_mcp.doors.http.principals import access
 from conductor_mcp.doors.openai.replies import (
     answer_items,
@@ -164,7 +165,7 @@ class OpenAIDoor:
             return await self._respond(self._go_on(reply), reply.model, reply.stream, ResponsesStream)
         earlier = earlier_turns(access(self.service).get_run(previous_run)) if previous_run else None
         asked = responses_request(body, earlier)
-        return await self._respond(self._start(asked), asked.model, asked.stream, ResponsesStream)
+        return await self._respond(self._start(asked, request), asked.model, asked.stream, ResponsesStream)
 
     async def chat(self, request: Request) -> Response:
         body = await _json_body(request)
@@ -172,7 +173,7 @@ class OpenAIDoor:
         if reply is not None:
             return await self._respond(self._go_on(reply), reply.model, reply.stream, ChatStream)
         asked = chat_request(body)
-        return await self._respond(self._start(asked), asked.model, asked.stream, ChatStream)
+        return await self._respond(self._start(asked, request), asked.model, asked.stream, ChatStream)
 
     async def _respond(self, run: Run, model: str, stream: bool, wire: type[ResponsesStream | ChatStream]) -> Response:
         """The run, once it ends, as one response in the request's API, or as its SSE stream from now on."""
@@ -202,12 +203,14 @@ class OpenAIDoor:
         log.info("openai_tool_turn", run_id=run.id, results=len(reply.results), stream=reply.stream)
         return run
 
-    def _start(self, asked: Asked) -> Run:
+    def _start(self, asked: Asked, sent: Request) -> Run:
+        """A new run; the W3C `traceparent`/`tracestate` headers, when sent, make its trace a child of the caller's."""
         pool = self.service.pools.pool_of_model(asked.model)
         fields = dict(asked.run_fields)
         if wants_workspace(self.service.pools, fields.get("workspace"), pool):  # metadata.workspace, else the 1st root
             fields["workspace"] = str(workspace_in_roots(fields.get("workspace"), self.service.settings.file_roots))
-        request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, **fields)
+        trace = trace_context(sent.headers)
+        request = RunRequest.of(task=asked.task, context=asked.context, pool=pool, trace=trace, **fields)
         run = access(self.service).start(request)
         log.info("openai_run_started", run_id=run.id, model=asked.model, stream=asked.stream)
         return run
