@@ -7,9 +7,10 @@ CPU is read and printed beside the server's, so a client bottleneck shows. Phase
 
 1. CPU: --cpu-runs runs of the `sim` pool (latencies x0.05: tens of ms per call, so progress events come as
    spaced as in a real run; CPU does not depend on the scale), --cpu-concurrency at a time. The server's CPU per
-   run comes from /proc/PID/stat; litellm's share (the same calls made directly through litellm.acompletion, as
-   tools/bench_engine.py does, in this process after each repeat) is subtracted. --cpu-repeats times, since CPU
-   time on a shared VM drifts by 10% from one run to the next. Target: median <= 10 ms of its own per run.
+   run comes from /proc/PID/stat; the simulator's own share (the same calls answered directly by sim.answer, as
+   tools/bench_engine.py does, in this process after each repeat) is subtracted, and litellm's (the same calls
+   through litellm.acompletion) printed beside. --cpu-repeats times, since CPU time on a shared VM drifts by 10%
+   from one run to the next. Target: median <= 5 ms of its own per run.
 2. Hold: a pool whose every workflow takes --run-seconds of simulated latency (whatever shape the sim conductor
    writes); first --solo-runs alone (the solo latency), then --rounds rounds in which --concurrency runs arrive
    evenly over one run's duration, so that all are in flight at once. Targets: p99 of (latency - solo latency)
@@ -415,13 +416,13 @@ class Direct:
     """CPU ms of one call made directly in this process, as the server makes it, by kind (conductor, worker)."""
 
     litellm: tuple[float, float]
-    bare: tuple[float, float] | None = None  # a plain aiohttp POST and JSON parse: HTTP routes only
+    bare: tuple[float, float]  # the floor: a plain aiohttp POST and JSON parse, or the simulator's own answer
 
 
 async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     """The CPU of the calls one run of `pool_name` makes, made directly in this process: through
-    litellm.acompletion and, for HTTP models, as a bare aiohttp POST. HTTP calls go to the stub under a name it answers
-    at once (`direct-*`), with the messages the server sends."""
+    litellm.acompletion and bare (a plain aiohttp POST for HTTP models, the simulator's answer for sim ones). HTTP
+    calls go to the stub under a name it answers at once (`direct-*`), with the messages the server sends."""
     # isort: off
     from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
@@ -434,10 +435,10 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     from conductor_mcp.core.workflow import Step, Workflow, workflow_json_schema
     from conductor_mcp.engine.conductor import response_format
     from conductor_mcp.models.litellm_backend import call_arguments, close_clients
-    from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated, register
+    from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated, register
     from conductor_mcp.service.catalogue import load_pool
 
-    register()  # the server's sim backend does this: `sim/*` through litellm
+    register()  # `sim/*` through litellm, for the litellm figures
     litellm.suppress_debug_info = True
     pool = load_pool(pool_name, [pools])
     sim_call = SimCall(simulation=pool.simulation or SimulationConfig(), time_scale=0.0)
@@ -469,11 +470,19 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
             await litellm.acompletion(**arguments)
             total += (time.process_time() - started) if i >= 5 else 0.0  # the first calls warm caches
         timings["litellm"].append(total * 1000 / calls)
+        all_messages = [messages(kind, i) for i in range(calls + 5)]
         if "api_base" in request:
-            timings["bare"].append(await bare_ms_per_call(request, [messages(kind, i) for i in range(calls + 5)]))
+            timings["bare"].append(await bare_ms_per_call(request, all_messages))
+        else:  # what the server's sim backend calls, with the same arguments
+            name = request["model"].removeprefix("sim/")
+            total = 0.0
+            for i, sent in enumerate(all_messages):
+                started = time.process_time()
+                await answer(name, sent, sim_call, request)
+                total += (time.process_time() - started) if i >= 5 else 0.0
+            timings["bare"].append(total * 1000 / calls)
     await close_clients()
-    litellm_ms = (timings["litellm"][0], timings["litellm"][1])
-    return Direct(litellm_ms, (timings["bare"][0], timings["bare"][1]) if timings["bare"] else None)
+    return Direct((timings["litellm"][0], timings["litellm"][1]), (timings["bare"][0], timings["bare"][1]))
 
 
 async def bare_ms_per_call(request: dict[str, Any], all_messages: list[list[dict[str, Any]]]) -> float:
@@ -539,27 +548,26 @@ def share_ms(cpu: CpuFigures, per_call: tuple[float, float]) -> float:
 
 def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurrency: int) -> bool:
     """One line per repeat, then the verdict on the median: CPU time on a shared VM drifts by 10% between runs.
-    The server's own CPU is what is left after the bare calls of its route: litellm's on the simulator (a litellm
-    provider), plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
+    The server's own CPU is what is left after the bare calls of its route: the simulator's answers on the sim
+    route, plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
     first = repeats[0][0]
-    http = repeats[0][1].bare is not None
+    bare_name = "bare aiohttp POST" if route.name == "http" else "simulator's answer"
     print(
         f"\nCPU, {route.name} route (pool {route.cpu_pool}): {len(repeats)} x {first.runs} runs (latencies x "
         f"{CPU_TIME_SCALE}), {concurrency} at a time, {first.calls:.2f} model calls ({first.conductor_calls:.2f} "
         f"conductor) and {first.progress:.1f} progress notifications per run; the same calls timed directly in the "
-        f"bench process after each repeat{' (litellm, and a bare aiohttp POST)' if http else ' (litellm)'}"
+        f"bench process after each repeat (litellm, and the bare call: the {bare_name})"
     )
     print(
         "   repeat  runs/s  server ms/run  litellm ms/call (cond, worker)  litellm ms/run"
-        + ("  bare ms/call (cond, worker)  bare ms/run" if http else "")
-        + "  own ms/run  load gen ms/run"
+        "  bare ms/call (cond, worker)  bare ms/run  own ms/run  load gen ms/run"
     )
     owns = []
     for i, (cpu, direct) in enumerate(repeats, 1):
         litellm_share = share_ms(cpu, direct.litellm)
-        floor = share_ms(cpu, direct.bare) if direct.bare else litellm_share
+        floor = share_ms(cpu, direct.bare)
         owns.append(cpu.server_ms - floor)
-        bare = f" {direct.bare[0]:15.2f}, {direct.bare[1]:.2f} {floor:12.2f}" if direct.bare else ""
+        bare = f" {direct.bare[0]:15.2f}, {direct.bare[1]:.2f} {floor:12.2f}"
         print(
             f"   {i:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {direct.litellm[0]:16.2f}, {direct.litellm[1]:.2f}"
             f" {litellm_share:15.2f}{bare} {owns[-1]:11.2f} {cpu.client_ms:16.2f}"
@@ -567,7 +575,7 @@ def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurren
     errors = [e for cpu, _ in repeats for e in cpu.errors]
     own = statistics.median(owns)
     ok = own <= OWN_TARGET_MS and not errors
-    less = "the bare HTTP calls" if http else "litellm's calls"
+    less = "the bare HTTP calls" if route.name == "http" else "the simulator's answers"
     print(
         f"   {verdict(ok)} server's own CPU per {route.name} run {own:.2f} ms (median; server less {less}) "
         f"<= {OWN_TARGET_MS:.0f} ms; errors {len(errors)}"

@@ -57,7 +57,7 @@ def kind_of(model: str) -> str:
 def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
     """USD per input and output token: the pool file's price, else litellm's price map, else None."""
     if spec.price:
-        return spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
+        return spec.price.per_token()
     from conductor_mcp.models.litellm_backend import listed_price
 
     return listed_price(spec.model)
