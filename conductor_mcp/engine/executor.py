@@ -9,6 +9,7 @@ instruction: nothing else. Each step's record is committed to the store when it 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from typing import Any
 
 from conductor_mcp.core import client_tools, prompts
@@ -174,15 +175,15 @@ class Executor:
         on would pay for calls whose results cannot be kept, or that nobody will read."""
         records = self._prepare(run, workflow, depth, parent)
         outputs = {r.index: r.output or "" for r in records if r.status == "done"}
-        pending = [i for i in range(len(records)) if i not in outputs]
+        schedule = _Schedule(workflow, outputs)
         finished: asyncio.Queue[StepRecord] = asyncio.Queue()
         stop: Stop | None = None
         try:
             async with asyncio.TaskGroup() as steps:
                 running = 0
-                while pending or running:
+                while schedule.pending or running:
                     if stop is None:
-                        started, stop = self._start_ready(steps, run, workflow, records, outputs, pending, finished)
+                        started, stop = self._start_ready(steps, run, workflow, records, outputs, schedule, finished)
                         running += started
                     if not running:
                         break
@@ -190,15 +191,18 @@ class Executor:
                     running -= 1
                     if record.status == "done":
                         outputs[record.index] = record.output or ""
+                        schedule.finished(record.index)
                     elif stop is None:
                         stop = _stop_of(record)
         except BaseExceptionGroup as group:  # a step raised: the group has cancelled its siblings
-            self._skip(run, [records[i] for i in pending], Stop(kind="internal_error", detail="a step crashed"))
+            crashed = Stop(kind="internal_error", detail="a step crashed")
+            self._skip(run, [records[i] for i in schedule.pending], crashed)
             raise first_cause(group) from None
         except asyncio.CancelledError:
-            self._skip(run, [records[i] for i in pending], Stop(kind="cancelled", detail="run cancelled"))
+            self._skip(run, [records[i] for i in schedule.pending], Stop(kind="cancelled", detail="run cancelled"))
             raise
-        self._skip(run, [records[i] for i in pending], stop or Stop(kind="step_failed", detail="not reached"))
+        unreached = stop or Stop(kind="step_failed", detail="not reached")
+        self._skip(run, [records[i] for i in schedule.pending], unreached)
         return stop
 
     def _start_ready(
@@ -208,18 +212,19 @@ class Executor:
         workflow: Workflow,
         records: list[StepRecord],
         outputs: dict[int, str],
-        pending: list[int],
+        schedule: _Schedule,
         finished: asyncio.Queue[StepRecord],
     ) -> tuple[int, Stop | None]:
         """Start every pending step whose inputs are done, unless a limit refuses its call: (started, that stop)."""
         started = 0
-        for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
+        while schedule.ready:
+            i = schedule.ready[0]
             shown = {j: seen_output(outputs[j], records[j].work) for j in workflow.steps[i].access}
             messages = self._messages(run, workflow, records[i], shown)
             stop = self._over_budget(run, workflow.steps[i].worker, messages)
             if stop:
                 return started, stop
-            pending.remove(i)
+            schedule.start(i)
             step = steps.create_task(self._run_step(run, workflow, records[i], messages, outputs), name=records[i].key)
             step.add_done_callback(
                 lambda task: None if task.cancelled() or task.exception() else finished.put_nowait(task.result())
@@ -246,6 +251,8 @@ class Executor:
         started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None and not r.tool_results)
         if started >= run.max_calls:
             return Stop(kind="call_cap", detail=f"call budget reached: {started} of {run.max_calls} calls used")
+        if not run.budget.capped() and not self.server_budget.capped():
+            return None  # nothing to add up: the run's spending is summed over all its steps
         estimate = estimated_tokens(messages)
         next_cost = 0.0
         if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
@@ -373,6 +380,33 @@ class Executor:
         verb = "started" if kind == "step_started" else record.status
         message = f"step {record.key} {verb}: {record.label()}"
         await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
+
+
+class _Schedule:
+    """Which steps of one workflow are still to start, and which of those have their inputs: a step that finishes
+    frees the steps that see it, so each step's inputs are looked at once, not on every finish (on a long chain
+    that was quadratic in its steps)."""
+
+    def __init__(self, workflow: Workflow, outputs: dict[int, str]) -> None:
+        self.pending = dict.fromkeys(i for i in range(len(workflow.steps)) if i not in outputs)  # in index order
+        self._unmet = {i: {j for j in workflow.steps[i].access if j not in outputs} for i in self.pending}
+        self._seen_by: dict[int, list[int]] = {}
+        for i, unmet in self._unmet.items():
+            for j in unmet:
+                self._seen_by.setdefault(j, []).append(i)
+        self.ready = [i for i, unmet in self._unmet.items() if not unmet]  # in index order, as steps start
+
+    def finished(self, index: int) -> None:
+        """Step `index` is done: the steps that waited only for it are ready."""
+        for i in self._seen_by.get(index, ()):
+            unmet = self._unmet[i]
+            unmet.discard(index)
+            if not unmet:
+                bisect.insort(self.ready, i)
+
+    def start(self, index: int) -> None:
+        self.ready.remove(index)
+        del self.pending[index]
 
 
 def _stop_of(record: StepRecord) -> Stop:
