@@ -68,6 +68,9 @@ class Executor:
         self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
         self._positions: dict[str, int] = {}  # step key -> position in run.steps (and its order in the store)
         self._capped: Stop | None = None  # a depth cap met on the way: the run still ends with an answer
+        # Tallies kept as steps change, so no step counts over the whole run (a long chain was quadratic):
+        self._calls: set[str] = set()  # keys of the steps whose calls count toward the run's call cap
+        self._done = 0  # steps done, inherited ones included (what progress events report)
 
     async def execute(self, run: Run) -> None:
         """Run the workflow to the end, a limit, a failed step, or cancellation (re-raised); sets the run's outcome.
@@ -78,6 +81,8 @@ class Executor:
         if run.workflow is None or not run.workflow.steps:
             raise ValueError(f"run {run.id} has no workflow to execute")
         self._positions = {record.key: position for position, record in enumerate(run.steps)}
+        self._calls = {r.key for r in run.steps if r.status in CALLED and _counts_as_call(r)}
+        self._done = sum(1 for r in run.steps if r.status == "done")
         stop = await self._run_workflow(run, run.workflow, depth=0, parent=None)
         if stop is not None and stop.kind == "step_failed" and self._can_recover(run):
             stop = await self._recover(run, stop)
@@ -139,8 +144,9 @@ class Executor:
     def _prepare(
         self, run: Run, workflow: Workflow, depth: int, parent: str | None, first_index: int = 0
     ) -> list[StepRecord]:
-        """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept."""
-        records = []
+        """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept; the others are
+        stored as pending, in one write."""
+        records, unfinished = [], []
         for i, step in enumerate(workflow.steps, start=first_index):
             key = f"{parent}.{i}" if parent else str(i)
             record = self._record(run, key)
@@ -165,8 +171,10 @@ class Executor:
                     worker = self.pool.resolve(step.worker)
                     record.worker_id, record.model = worker.id, worker.model
                 record.status, record.error = "pending", None
-                self._save(run, record)
+                self._calls.discard(record.key)
+                unfinished.append((self._positions[record.key], record))
             records.append(record)
+        self.store.save_steps(run.id, unfinished)
         return records
 
     async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> Stop | None:
@@ -248,7 +256,7 @@ class Executor:
     def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> Stop | None:
         """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated).
         Tool turns do not count toward the call cap: it bounds the team's workflow, and the client drives them."""
-        started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None and not r.tool_results)
+        started = len(self._calls)
         if started >= run.max_calls:
             return Stop(kind="call_cap", detail=f"call budget reached: {started} of {run.max_calls} calls used")
         if not run.budget.capped() and not self.server_budget.capped():
@@ -278,6 +286,8 @@ class Executor:
         outputs: dict[int, str],
     ) -> StepRecord:
         record.status, record.started_at = "running", now()
+        if _counts_as_call(record):
+            self._calls.add(record.key)
         record.messages_digest = messages_digest(messages)
         seen = workflow.steps[record.index].access
         record.truncated_inputs = [j for j in seen if len(outputs.get(j, "")) > MAX_SEEN_OUTPUT_CHARS]
@@ -308,6 +318,7 @@ class Executor:
             raise StepCrashed(record.key, exc) from exc
         record.ended_at = now()
         self.server_budget.add(record)
+        self._done += record.status == "done"
         self._save(run, record)
         log.debug("step_finished", run_id=run.id, step=record.key, status=record.status)
         await self._emit("step_finished", run, record)
@@ -376,10 +387,11 @@ class Executor:
             record.stop = stop if stop is not None and stop.is_limit else None
 
     async def _emit(self, kind: EventKind, run: Run, record: StepRecord) -> None:
-        finished = sum(1 for r in run.steps if r.status == "done")
+        if self.on_event is None:
+            return
         verb = "started" if kind == "step_started" else record.status
         message = f"step {record.key} {verb}: {record.label()}"
-        await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
+        await emit(self.on_event, ProgressEvent(kind, run.id, message, record, self._done, len(run.steps)))
 
 
 class _Schedule:
@@ -407,6 +419,12 @@ class _Schedule:
     def start(self, index: int) -> None:
         self.ready.remove(index)
         del self.pending[index]
+
+
+def _counts_as_call(record: StepRecord) -> bool:
+    """Whether a started step counts toward the call cap: not one taken over from a parent run (paid for there),
+    nor a tool turn (the cap bounds the team's workflow; the client drives tool turns)."""
+    return record.inherited_from is None and not record.tool_results
 
 
 def _stop_of(record: StepRecord) -> Stop:
