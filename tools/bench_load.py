@@ -22,7 +22,10 @@ Phases 1 and 2 run on each of --routes: `sim` (the simulator, a litellm custom p
 `http` (the same shapes of run on `hosted_vllm/` workers and conductor served by tools/stub_openai.py, a scripted
 OpenAI-compatible server on loopback in its own process, whose CPU is not counted: the path real pools take).
 On the HTTP route the bare HTTP work (a plain aiohttp POST of the same requests and the parse of the answer) is
-timed beside litellm's, and the server's own CPU is what is left after the bare calls.
+timed beside litellm's, and the server's own CPU is what is left after the bare calls. Beside each CPU phase, the
+same MCP exchange on a bare server written with the same SDK (one tool on uvicorn, uvloop and httptools, as `serve`
+runs) that replays a run recorded from this server, its progress notifications and its result: the SDK's and the
+transport's floor, so what remains above it is conductor-mcp's.
 
     python tools/bench_load.py                      # 1,000 concurrent runs of 30 s, 3 rounds (~5 min)
     python tools/bench_load.py --quick              # the same measurements, smaller (under 2 minutes)
@@ -60,6 +63,27 @@ from urllib.parse import urlsplit
 TOKEN = "bench-load-token-0123456789"  # a throwaway server on loopback
 TICKS = os.sysconf("SC_CLK_TCK")
 PROTOCOL = "2026-07-28"
+BARE_SERVER = """
+import json, sys
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult
+
+port, recorded = int(sys.argv[1]), json.loads(open(sys.argv[2]).read())
+server = MCPServer("bare")
+
+
+@server.tool()
+async def orchestrate(task: str, pool: str, wait_seconds: float, ctx: Context) -> CallToolResult:
+    for n, message in enumerate(recorded["progress"], 1):
+        await ctx.report_progress(n, len(recorded["progress"]), message)
+    return CallToolResult.model_validate(recorded["result"])
+
+
+app = server.streamable_http_app()
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="uvloop", http="httptools")
+"""
 HARD_TASK = "Work out step by step whether {i} is prime, and state the answer."
 HOLD_POOL = "loadbench"
 CPU_POOL = "simfast"
@@ -350,6 +374,42 @@ def await_ready(server: Server, port: int) -> Server:
     raise SystemExit(f"the server did not start (exit {proc.wait()}):\n{log.read_text()[-2000:]}")
 
 
+async def recorded_run(server: Server, pool: str) -> dict[str, Any]:
+    """One run of `pool` as its client receives it: the progress notifications' messages and the final result."""
+    import aiohttp
+
+    i = 10**9
+    body, headers = tool_call(i, HARD_TASK.format(i=i), pool)
+    progress: list[str | None] = []
+    async with aiohttp.ClientSession() as session, session.post(server.url, data=body, headers=headers) as response:
+        async for line in response.content:
+            message = json.loads(line[5:]) if line.startswith(b"data:") else {}
+            if message.get("method") == "notifications/progress":
+                progress.append(message["params"].get("message"))
+            elif message.get("id") == i and "result" in message:
+                return {"progress": progress, "result": message["result"]}
+    raise SystemExit(f"the recorded run of pool {pool} ended without a result")
+
+
+def start_bare(folder: Path, recorded: dict[str, Any]) -> Server:
+    """The bare SDK server replaying `recorded`, up and answering."""
+    from conductor_mcp.models.local import free_port
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bare_server.py").write_text(BARE_SERVER)
+    (folder / "recorded.json").write_text(json.dumps(recorded))
+    port, log = free_port(), folder / "bare.log"
+    with log.open("wb") as stderr:
+        command = [sys.executable, str(folder / "bare_server.py"), str(port), str(folder / "recorded.json")]
+        proc = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=stderr)
+    server = Server(proc, f"http://127.0.0.1:{port}/mcp", log)
+    try:
+        return await_ready(server, port)
+    except BaseException:
+        proc.kill()
+        raise
+
+
 def drive(
     servers: list[Server],
     runs: list[tuple[int, str, str]],
@@ -546,11 +606,20 @@ def share_ms(cpu: CpuFigures, per_call: tuple[float, float]) -> float:
     return cpu.conductor_calls * conductor_ms + (cpu.calls - cpu.conductor_calls) * worker_ms
 
 
-def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurrency: int) -> bool:
+@dataclass
+class Repeat:
+    """One CPU phase of a route: the server's figures, the same calls made directly, the bare SDK server's."""
+
+    cpu: CpuFigures
+    direct: Direct
+    sdk: CpuFigures
+
+
+def report_cpu(route: Route, repeats: list[Repeat], concurrency: int) -> bool:
     """One line per repeat, then the verdict on the median: CPU time on a shared VM drifts by 10% between runs.
     The server's own CPU is what is left after the bare calls of its route: the simulator's answers on the sim
     route, plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
-    first = repeats[0][0]
+    first = repeats[0].cpu
     bare_name = "bare aiohttp POST" if route.name == "http" else "simulator's answer"
     print(
         f"\nCPU, {route.name} route (pool {route.cpu_pool}): {len(repeats)} x {first.runs} runs (latencies x "
@@ -560,25 +629,32 @@ def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurren
     )
     print(
         "   repeat  runs/s  server ms/run  litellm ms/call (cond, worker)  litellm ms/run"
-        "  bare ms/call (cond, worker)  bare ms/run  own ms/run  load gen ms/run"
+        "  bare ms/call (cond, worker)  bare ms/run  own ms/run  load gen ms/run  bare SDK server ms/run"
     )
-    owns = []
-    for i, (cpu, direct) in enumerate(repeats, 1):
+    owns, above = [], []
+    for i, (cpu, direct, sdk) in enumerate((r.cpu, r.direct, r.sdk) for r in repeats):
         litellm_share = share_ms(cpu, direct.litellm)
         floor = share_ms(cpu, direct.bare)
         owns.append(cpu.server_ms - floor)
+        above.append(owns[-1] - sdk.server_ms)
         bare = f" {direct.bare[0]:15.2f}, {direct.bare[1]:.2f} {floor:12.2f}"
         print(
-            f"   {i:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {direct.litellm[0]:16.2f}, {direct.litellm[1]:.2f}"
-            f" {litellm_share:15.2f}{bare} {owns[-1]:11.2f} {cpu.client_ms:16.2f}"
+            f"   {i + 1:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {direct.litellm[0]:16.2f}, "
+            f"{direct.litellm[1]:.2f} {litellm_share:15.2f}{bare} {owns[-1]:11.2f} {cpu.client_ms:16.2f}"
+            f" {sdk.server_ms:23.2f}"
         )
-    errors = [e for cpu, _ in repeats for e in cpu.errors]
+    errors = [e for r in repeats for e in r.cpu.errors + r.sdk.errors]
     own = statistics.median(owns)
     ok = own <= OWN_TARGET_MS and not errors
     less = "the bare HTTP calls" if route.name == "http" else "the simulator's answers"
     print(
         f"   {verdict(ok)} server's own CPU per {route.name} run {own:.2f} ms (median; server less {less}) "
         f"<= {OWN_TARGET_MS:.0f} ms; errors {len(errors)}"
+    )
+    print(
+        f"   the same MCP exchange on a bare SDK server (the run's {first.progress:.1f} progress notifications and its "
+        f"result replayed): {statistics.median(r.sdk.server_ms for r in repeats):.2f} ms/run (median); the server's "
+        f"own less that: {statistics.median(above):.2f} ms/run (conductor-mcp above the SDK and the transport)"
     )
     for error in errors[:3]:
         print(f"     error: {error}")
@@ -792,7 +868,7 @@ def blame(stack: list[str]) -> str:
     """Who a sample of the server is charged to: litellm (any frame of it), the socket write of an HTTP response,
     else the innermost conductor_mcp frame (the package's own code and what it calls), else the MCP SDK, the HTTP
     server and the event loop."""
-    if any("litellm" in frame for frame in stack):
+    if any("(litellm/" in frame for frame in stack):  # the package's frames, not our litellm_backend
         return "[litellm: inside its calls and its logging threads]"
     if "RequestResponseCycle.send" in stack[-1]:
         return "[socket writes of HTTP responses and SSE events]"
@@ -899,20 +975,25 @@ async def main(args: argparse.Namespace) -> int:
 async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
     """The CPU phases of every route, then their holds, on one server; the CPU reports last."""
     server = start_server(state, pools)
-    cpu: dict[str, list[tuple[CpuFigures, Direct]]] = {}
+    servers = [server]
+    cpu: dict[str, list[Repeat]] = {}
     held = True
     try:
         for route in args.routes:
             cpu_phase([server], 20, args.cpu_concurrency, 1, -100, route.cpu_pool)  # warm-up: first-use caches
+        bare: dict[str, Server] = {}  # per route: the bare SDK server replaying a run of its CPU pool
+        for route in args.routes:
+            bare[route.name] = start_bare(state / f"bare-{route.name}", await recorded_run(server, route.cpu_pool))
+            servers.append(bare[route.name])
         spy = profile(server.pid, args.profile) if args.profile else None
         for number, route in enumerate(args.routes):
             cpu[route.name] = []
             for repeat in range(args.cpu_repeats):
                 first = 10**6 + (number * args.cpu_repeats + repeat) * args.cpu_runs  # apart from the hold's
-                figures = cpu_phase(
-                    [server], args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool
-                )
-                cpu[route.name].append((figures, await direct_ms_per_call(pools, route.cpu_pool, 100)))
+                work = (args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool)
+                figures = cpu_phase([server], *work)
+                direct = await direct_ms_per_call(pools, route.cpu_pool, 100)
+                cpu[route.name].append(Repeat(figures, direct, cpu_phase([bare[route.name]], *work)))
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
@@ -920,7 +1001,7 @@ async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
             if not args.skip_hold:
                 held = await hold_phase(server, args, route, 10**7 * (number + 1)) and held
     finally:
-        stop([server])
+        stop(servers)
     print(f"server: one process, pid CPU from /proc; {len(os.sched_getaffinity(0))} cores on this machine")
     cpu_ok = all([report_cpu(route, cpu[route.name], args.cpu_concurrency) for route in args.routes])
     if args.profile:
