@@ -4,13 +4,14 @@
    on two routes: the simulator (instant `sim/` workers, a litellm custom provider) and HTTP (`hosted_vllm/`
    workers on a scripted OpenAI-compatible server on loopback, tools/stub_openai.py, in its own process so its
    CPU is not counted). The same calls with identical messages, made
-   a) as a bare call: a plain POST and JSON parse (HTTP only: the floor of the HTTP work itself), with httpx and
-      with aiohttp (the library Providers' direct path uses for `hosted_vllm/` models),
+   a) as a bare call: the floor of the work itself. On HTTP a plain POST and JSON parse, with aiohttp (the library
+      Providers' direct path uses for `hosted_vllm/` models) and with httpx; on the simulator the simulator's own
+      answer (sim.answer, what the sim backend's direct path calls),
    b) directly through litellm.acompletion,
    c) through Providers.complete (our retry/fallback/cost layer),
    d) as steps of a workflow run by the executor (scheduling, message building, SQLite writes, events).
-   Targets: (d) under 5 ms per step in all; the engine's own share, (d) less the bare call of its route ((a) with
-   aiohttp on HTTP, (b) on the simulator), at most 0.3 ms.
+   Targets: (d) under 5 ms per step in all; the engine's own share, (d) less the bare call of its route (a), at
+   most 0.3 ms.
 2. Parallelism: a 4-way fan-out plus an aggregator on simulated workers with fixed latencies, against its
    critical path (slowest branch + aggregator) and against sequential execution (sum of latencies).
    Target: within 10% of the critical path.
@@ -48,7 +49,7 @@ from conductor_mcp.engine.executor import Executor
 from conductor_mcp.models import litellm_backend, providers
 from conductor_mcp.models.backend import call_arguments
 from conductor_mcp.models.local import free_port
-from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated
+from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated, register
 from conductor_mcp.runs.sqlite import SqliteStore
 
 FAN_LATENCIES = [0.20, 0.30, 0.40, 0.50]
@@ -110,8 +111,8 @@ def new_run(pool: Any, workflow: Workflow) -> Run:
 
 async def per_step(
     pool: Any, store: SqliteStore, models: providers.Providers, steps: int
-) -> tuple[tuple[float, float] | None, float, float, float]:
-    """CPU ms per call: a bare HTTP POST (HTTP pools only), direct litellm, Providers.complete, an executor step;
+) -> tuple[dict[str, float], float, float, float]:
+    """CPU ms per call: the bare calls (the floor first), direct litellm, Providers.complete, an executor step;
     all on identical messages."""
     chain = Workflow(
         steps=[
@@ -130,7 +131,11 @@ async def per_step(
     if is_simulated(spec.model):  # what the sim backend adds to its calls
         request["metadata"] = {SIM_CALL: sim_call}
     request.pop("messages")
-    bare_ms = (await bare_httpx(spec, all_messages), await bare_aiohttp(spec, all_messages)) if spec.api_base else None
+    if spec.api_base:
+        bare_ms = {"aiohttp POST + JSON": await bare_aiohttp(spec, all_messages)}
+        bare_ms["httpx POST + JSON"] = await bare_httpx(spec, all_messages)
+    else:
+        bare_ms = {"simulator's answer": await bare_simulator(spec, all_messages, sim_call)}
     started = time.process_time()
     for messages in all_messages:
         await litellm.acompletion(messages=messages, **request)
@@ -153,6 +158,15 @@ async def bare_aiohttp(spec: Any, all_messages: list[list[dict[str, Any]]]) -> f
                 assert response.status == 200
                 assert json.loads(await response.read())["choices"][0]["message"]["content"]
         return (time.process_time() - started) * 1000 / len(all_messages)
+
+
+async def bare_simulator(spec: Any, all_messages: list[list[dict[str, Any]]], sim_call: SimCall) -> float:
+    """CPU ms of the simulator answering the same messages directly: the floor of the sim route."""
+    name, params = spec.model.removeprefix("sim/"), {"timeout": spec.timeout_s}
+    started = time.process_time()
+    for messages in all_messages:
+        await answer(name, messages, sim_call, params)
+    return (time.process_time() - started) * 1000 / len(all_messages)
 
 
 async def bare_httpx(spec: Any, all_messages: list[list[dict[str, Any]]]) -> float:
@@ -183,15 +197,14 @@ async def route_overhead(route: str, pool: Any, store: SqliteStore, models: prov
     """Print one route's per-step figures (median of --reps runs)."""
     await per_step(pool, store, models, 20)  # warm-up: imports, litellm caches, SQLite pages, connections
     rows = [await per_step(pool, store, models, args.steps) for _ in range(args.reps)]
-    bares = [row[0] for row in rows if row[0] is not None]
-    httpx_ms, bare = (statistics.median(b[i] for b in bares) for i in (0, 1)) if bares else (None, None)
+    bares = {name: statistics.median(row[0][name] for row in rows) for name in rows[0][0]}
     direct, provider, executor = (statistics.median(col) for col in zip(*(row[1:] for row in rows), strict=True))
-    floor = bare if bare is not None else direct
+    floor = next(iter(bares.values()))
     own = executor - floor
     print(f"\nper-step CPU, {route} ({args.steps} chained steps, median of {args.reps} runs, this process only)")
-    if bare is not None and httpx_ms is not None:
-        print(f"  bare aiohttp POST + JSON      {bare:7.3f} ms/call   (the floor)")
-        print(f"  bare httpx POST + JSON        {httpx_ms:7.3f} ms/call   ({httpx_ms / floor:.2f}x the bare call)")
+    for i, (name, ms) in enumerate(bares.items()):
+        ratio = "the floor" if i == 0 else f"{ms / floor:.2f}x the bare call"
+        print(f"  bare {name:<24} {ms:7.3f} ms/call   ({ratio})")
     print(f"  litellm.acompletion direct    {direct:7.3f} ms/call   ({direct / floor:.2f}x the bare call)")
     print(f"  Providers.complete            {provider:7.3f} ms/call   ({provider / floor:.2f}x the bare call)")
     print(
@@ -199,7 +212,7 @@ async def route_overhead(route: str, pool: Any, store: SqliteStore, models: prov
         f"   target < 5 ms: {'PASS' if executor < 5 else 'FAIL'}"
     )
     print(
-        f"  engine's own share            {own:7.3f} ms/step   (step - {'bare call' if bare else 'litellm'})"
+        f"  engine's own share            {own:7.3f} ms/step   (step - bare call)"
         f"   target <= {OWN_TARGET_MS} ms: {'PASS' if own <= OWN_TARGET_MS else 'FAIL'}"
     )
 
@@ -211,6 +224,7 @@ async def main() -> int:
     parser.add_argument("--route", choices=("sim", "http", "both"), default="both")
     args = parser.parse_args()
     pool = bench_pool()
+    register()  # the bare litellm calls of sim models go through its `sim` provider
     port = free_port()
     stub = stub_openai.start(port) if args.route != "sim" else None
     try:

@@ -7,9 +7,10 @@ CPU is read and printed beside the server's, so a client bottleneck shows. Phase
 
 1. CPU: --cpu-runs runs of the `sim` pool (latencies x0.05: tens of ms per call, so progress events come as
    spaced as in a real run; CPU does not depend on the scale), --cpu-concurrency at a time. The server's CPU per
-   run comes from /proc/PID/stat; litellm's share (the same calls made directly through litellm.acompletion, as
-   tools/bench_engine.py does, in this process after each repeat) is subtracted. --cpu-repeats times, since CPU
-   time on a shared VM drifts by 10% from one run to the next. Target: median <= 10 ms of its own per run.
+   run comes from /proc/PID/stat; the simulator's own share (the same calls answered directly by sim.answer, as
+   tools/bench_engine.py does, in this process after each repeat) is subtracted, and litellm's (the same calls
+   through litellm.acompletion) printed beside. --cpu-repeats times, since CPU time on a shared VM drifts by 10%
+   from one run to the next. Target: median <= 5 ms of its own per run.
 2. Hold: a pool whose every workflow takes --run-seconds of simulated latency (whatever shape the sim conductor
    writes); first --solo-runs alone (the solo latency), then --rounds rounds in which --concurrency runs arrive
    evenly over one run's duration, so that all are in flight at once. Targets: p99 of (latency - solo latency)
@@ -21,7 +22,10 @@ Phases 1 and 2 run on each of --routes: `sim` (the simulator, a litellm custom p
 `http` (the same shapes of run on `hosted_vllm/` workers and conductor served by tools/stub_openai.py, a scripted
 OpenAI-compatible server on loopback in its own process, whose CPU is not counted: the path real pools take).
 On the HTTP route the bare HTTP work (a plain aiohttp POST of the same requests and the parse of the answer) is
-timed beside litellm's, and the server's own CPU is what is left after the bare calls.
+timed beside litellm's, and the server's own CPU is what is left after the bare calls. Beside each CPU phase, the
+same MCP exchange on a bare server written with the same SDK (one tool on uvicorn, uvloop and httptools, as `serve`
+runs) that replays a run recorded from this server, its progress notifications and its result: the SDK's and the
+transport's floor, so what remains above it is conductor-mcp's.
 
     python tools/bench_load.py                      # 1,000 concurrent runs of 30 s, 3 rounds (~5 min)
     python tools/bench_load.py --quick              # the same measurements, smaller (under 2 minutes)
@@ -59,6 +63,27 @@ from urllib.parse import urlsplit
 TOKEN = "bench-load-token-0123456789"  # a throwaway server on loopback
 TICKS = os.sysconf("SC_CLK_TCK")
 PROTOCOL = "2026-07-28"
+BARE_SERVER = """
+import json, sys
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult
+
+port, recorded = int(sys.argv[1]), json.loads(open(sys.argv[2]).read())
+server = MCPServer("bare")
+
+
+@server.tool()
+async def orchestrate(task: str, pool: str, wait_seconds: float, ctx: Context) -> CallToolResult:
+    for n, message in enumerate(recorded["progress"], 1):
+        await ctx.report_progress(n, len(recorded["progress"]), message)
+    return CallToolResult.model_validate(recorded["result"])
+
+
+app = server.streamable_http_app()
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="uvloop", http="httptools")
+"""
 HARD_TASK = "Work out step by step whether {i} is prime, and state the answer."
 HOLD_POOL = "loadbench"
 CPU_POOL = "simfast"
@@ -349,6 +374,42 @@ def await_ready(server: Server, port: int) -> Server:
     raise SystemExit(f"the server did not start (exit {proc.wait()}):\n{log.read_text()[-2000:]}")
 
 
+async def recorded_run(server: Server, pool: str) -> dict[str, Any]:
+    """One run of `pool` as its client receives it: the progress notifications' messages and the final result."""
+    import aiohttp
+
+    i = 10**9
+    body, headers = tool_call(i, HARD_TASK.format(i=i), pool)
+    progress: list[str | None] = []
+    async with aiohttp.ClientSession() as session, session.post(server.url, data=body, headers=headers) as response:
+        async for line in response.content:
+            message = json.loads(line[5:]) if line.startswith(b"data:") else {}
+            if message.get("method") == "notifications/progress":
+                progress.append(message["params"].get("message"))
+            elif message.get("id") == i and "result" in message:
+                return {"progress": progress, "result": message["result"]}
+    raise SystemExit(f"the recorded run of pool {pool} ended without a result")
+
+
+def start_bare(folder: Path, recorded: dict[str, Any]) -> Server:
+    """The bare SDK server replaying `recorded`, up and answering."""
+    from conductor_mcp.models.local import free_port
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bare_server.py").write_text(BARE_SERVER)
+    (folder / "recorded.json").write_text(json.dumps(recorded))
+    port, log = free_port(), folder / "bare.log"
+    with log.open("wb") as stderr:
+        command = [sys.executable, str(folder / "bare_server.py"), str(port), str(folder / "recorded.json")]
+        proc = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=stderr)
+    server = Server(proc, f"http://127.0.0.1:{port}/mcp", log)
+    try:
+        return await_ready(server, port)
+    except BaseException:
+        proc.kill()
+        raise
+
+
 def drive(
     servers: list[Server],
     runs: list[tuple[int, str, str]],
@@ -415,13 +476,13 @@ class Direct:
     """CPU ms of one call made directly in this process, as the server makes it, by kind (conductor, worker)."""
 
     litellm: tuple[float, float]
-    bare: tuple[float, float] | None = None  # a plain aiohttp POST and JSON parse: HTTP routes only
+    bare: tuple[float, float]  # the floor: a plain aiohttp POST and JSON parse, or the simulator's own answer
 
 
 async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     """The CPU of the calls one run of `pool_name` makes, made directly in this process: through
-    litellm.acompletion and, for HTTP models, as a bare aiohttp POST. HTTP calls go to the stub under a name it answers
-    at once (`direct-*`), with the messages the server sends."""
+    litellm.acompletion and bare (a plain aiohttp POST for HTTP models, the simulator's answer for sim ones). HTTP
+    calls go to the stub under a name it answers at once (`direct-*`), with the messages the server sends."""
     # isort: off
     from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
@@ -435,10 +496,10 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     from conductor_mcp.engine.conductor import response_format
     from conductor_mcp.models.backend import call_arguments
     from conductor_mcp.models.litellm_backend import close_clients
-    from conductor_mcp.models.sim import SIM_CALL, SimCall, is_simulated, register
+    from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated, register
     from conductor_mcp.service.catalogue import load_pool
 
-    register()  # the server's sim backend does this: `sim/*` through litellm
+    register()  # `sim/*` through litellm, for the litellm figures
     litellm.suppress_debug_info = True
     pool = load_pool(pool_name, [pools])
     sim_call = SimCall(simulation=pool.simulation or SimulationConfig(), time_scale=0.0)
@@ -470,11 +531,19 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
             await litellm.acompletion(**arguments)
             total += (time.process_time() - started) if i >= 5 else 0.0  # the first calls warm caches
         timings["litellm"].append(total * 1000 / calls)
+        all_messages = [messages(kind, i) for i in range(calls + 5)]
         if "api_base" in request:
-            timings["bare"].append(await bare_ms_per_call(request, [messages(kind, i) for i in range(calls + 5)]))
+            timings["bare"].append(await bare_ms_per_call(request, all_messages))
+        else:  # what the server's sim backend calls, with the same arguments
+            name = request["model"].removeprefix("sim/")
+            total = 0.0
+            for i, sent in enumerate(all_messages):
+                started = time.process_time()
+                await answer(name, sent, sim_call, request)
+                total += (time.process_time() - started) if i >= 5 else 0.0
+            timings["bare"].append(total * 1000 / calls)
     await close_clients()
-    litellm_ms = (timings["litellm"][0], timings["litellm"][1])
-    return Direct(litellm_ms, (timings["bare"][0], timings["bare"][1]) if timings["bare"] else None)
+    return Direct((timings["litellm"][0], timings["litellm"][1]), (timings["bare"][0], timings["bare"][1]))
 
 
 async def bare_ms_per_call(request: dict[str, Any], all_messages: list[list[dict[str, Any]]]) -> float:
@@ -538,40 +607,55 @@ def share_ms(cpu: CpuFigures, per_call: tuple[float, float]) -> float:
     return cpu.conductor_calls * conductor_ms + (cpu.calls - cpu.conductor_calls) * worker_ms
 
 
-def report_cpu(route: Route, repeats: list[tuple[CpuFigures, Direct]], concurrency: int) -> bool:
+@dataclass
+class Repeat:
+    """One CPU phase of a route: the server's figures, the same calls made directly, the bare SDK server's."""
+
+    cpu: CpuFigures
+    direct: Direct
+    sdk: CpuFigures
+
+
+def report_cpu(route: Route, repeats: list[Repeat], concurrency: int) -> bool:
     """One line per repeat, then the verdict on the median: CPU time on a shared VM drifts by 10% between runs.
-    The server's own CPU is what is left after the bare calls of its route: litellm's on the simulator (a litellm
-    provider), plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
-    first = repeats[0][0]
-    http = repeats[0][1].bare is not None
+    The server's own CPU is what is left after the bare calls of its route: the simulator's answers on the sim
+    route, plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
+    first = repeats[0].cpu
+    bare_name = "bare aiohttp POST" if route.name == "http" else "simulator's answer"
     print(
         f"\nCPU, {route.name} route (pool {route.cpu_pool}): {len(repeats)} x {first.runs} runs (latencies x "
         f"{CPU_TIME_SCALE}), {concurrency} at a time, {first.calls:.2f} model calls ({first.conductor_calls:.2f} "
         f"conductor) and {first.progress:.1f} progress notifications per run; the same calls timed directly in the "
-        f"bench process after each repeat{' (litellm, and a bare aiohttp POST)' if http else ' (litellm)'}"
+        f"bench process after each repeat (litellm, and the bare call: the {bare_name})"
     )
     print(
         "   repeat  runs/s  server ms/run  litellm ms/call (cond, worker)  litellm ms/run"
-        + ("  bare ms/call (cond, worker)  bare ms/run" if http else "")
-        + "  own ms/run  load gen ms/run"
+        "  bare ms/call (cond, worker)  bare ms/run  own ms/run  load gen ms/run  bare SDK server ms/run"
     )
-    owns = []
-    for i, (cpu, direct) in enumerate(repeats, 1):
+    owns, above = [], []
+    for i, (cpu, direct, sdk) in enumerate((r.cpu, r.direct, r.sdk) for r in repeats):
         litellm_share = share_ms(cpu, direct.litellm)
-        floor = share_ms(cpu, direct.bare) if direct.bare else litellm_share
+        floor = share_ms(cpu, direct.bare)
         owns.append(cpu.server_ms - floor)
-        bare = f" {direct.bare[0]:15.2f}, {direct.bare[1]:.2f} {floor:12.2f}" if direct.bare else ""
+        above.append(owns[-1] - sdk.server_ms)
+        bare = f" {direct.bare[0]:15.2f}, {direct.bare[1]:.2f} {floor:12.2f}"
         print(
-            f"   {i:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {direct.litellm[0]:16.2f}, {direct.litellm[1]:.2f}"
-            f" {litellm_share:15.2f}{bare} {owns[-1]:11.2f} {cpu.client_ms:16.2f}"
+            f"   {i + 1:6d} {cpu.throughput:7.1f} {cpu.server_ms:14.2f} {direct.litellm[0]:16.2f}, "
+            f"{direct.litellm[1]:.2f} {litellm_share:15.2f}{bare} {owns[-1]:11.2f} {cpu.client_ms:16.2f}"
+            f" {sdk.server_ms:23.2f}"
         )
-    errors = [e for cpu, _ in repeats for e in cpu.errors]
+    errors = [e for r in repeats for e in r.cpu.errors + r.sdk.errors]
     own = statistics.median(owns)
     ok = own <= OWN_TARGET_MS and not errors
-    less = "the bare HTTP calls" if http else "litellm's calls"
+    less = "the bare HTTP calls" if route.name == "http" else "the simulator's answers"
     print(
         f"   {verdict(ok)} server's own CPU per {route.name} run {own:.2f} ms (median; server less {less}) "
         f"<= {OWN_TARGET_MS:.0f} ms; errors {len(errors)}"
+    )
+    print(
+        f"   the same MCP exchange on a bare SDK server (the run's {first.progress:.1f} progress notifications and its "
+        f"result replayed): {statistics.median(r.sdk.server_ms for r in repeats):.2f} ms/run (median); the server's "
+        f"own less that: {statistics.median(above):.2f} ms/run (conductor-mcp above the SDK and the transport)"
     )
     for error in errors[:3]:
         print(f"     error: {error}")
@@ -785,7 +869,7 @@ def blame(stack: list[str]) -> str:
     """Who a sample of the server is charged to: litellm (any frame of it), the socket write of an HTTP response,
     else the innermost conductor_mcp frame (the package's own code and what it calls), else the MCP SDK, the HTTP
     server and the event loop."""
-    if any("litellm" in frame for frame in stack):
+    if any("(litellm/" in frame for frame in stack):  # the package's frames, not our litellm_backend
         return "[litellm: inside its calls and its logging threads]"
     if "RequestResponseCycle.send" in stack[-1]:
         return "[socket writes of HTTP responses and SSE events]"
@@ -892,20 +976,25 @@ async def main(args: argparse.Namespace) -> int:
 async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
     """The CPU phases of every route, then their holds, on one server; the CPU reports last."""
     server = start_server(state, pools)
-    cpu: dict[str, list[tuple[CpuFigures, Direct]]] = {}
+    servers = [server]
+    cpu: dict[str, list[Repeat]] = {}
     held = True
     try:
         for route in args.routes:
             cpu_phase([server], 20, args.cpu_concurrency, 1, -100, route.cpu_pool)  # warm-up: first-use caches
+        bare: dict[str, Server] = {}  # per route: the bare SDK server replaying a run of its CPU pool
+        for route in args.routes:
+            bare[route.name] = start_bare(state / f"bare-{route.name}", await recorded_run(server, route.cpu_pool))
+            servers.append(bare[route.name])
         spy = profile(server.pid, args.profile) if args.profile else None
         for number, route in enumerate(args.routes):
             cpu[route.name] = []
             for repeat in range(args.cpu_repeats):
                 first = 10**6 + (number * args.cpu_repeats + repeat) * args.cpu_runs  # apart from the hold's
-                figures = cpu_phase(
-                    [server], args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool
-                )
-                cpu[route.name].append((figures, await direct_ms_per_call(pools, route.cpu_pool, 100)))
+                work = (args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool)
+                figures = cpu_phase([server], *work)
+                direct = await direct_ms_per_call(pools, route.cpu_pool, 100)
+                cpu[route.name].append(Repeat(figures, direct, cpu_phase([bare[route.name]], *work)))
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
@@ -913,7 +1002,7 @@ async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
             if not args.skip_hold:
                 held = await hold_phase(server, args, route, 10**7 * (number + 1)) and held
     finally:
-        stop([server])
+        stop(servers)
     print(f"server: one process, pid CPU from /proc; {len(os.sched_getaffinity(0))} cores on this machine")
     cpu_ok = all([report_cpu(route, cpu[route.name], args.cpu_concurrency) for route in args.routes])
     if args.profile:

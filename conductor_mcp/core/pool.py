@@ -35,6 +35,10 @@ class Pricing(BaseModel):
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
 
+    def per_token(self) -> tuple[float, float]:
+        """USD per input and output token, as calls are priced."""
+        return self.input_per_mtok / 1e6, self.output_per_mtok / 1e6
+
 
 class ModelSpec(BaseModel):
     """How to reach one model through litellm."""

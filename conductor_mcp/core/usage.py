@@ -34,6 +34,10 @@ class Budget(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_usd: float | None = Field(default=None, gt=0)
 
+    def capped(self) -> bool:
+        """Whether any cap is set: without one, no spending need be added up before a call."""
+        return self.max_tokens is not None or self.max_usd is not None
+
     def exceeded_by(self, spent: tuple[int, float], next_call: tuple[int, float]) -> Stop | None:
         """The stop a next call of ~`next_call` (tokens, USD) on top of `spent` would meet, or None."""
         (tokens, usd), (next_tokens, next_usd) = spent, next_call

@@ -9,6 +9,7 @@ instruction: nothing else. Each step's record is committed to the store when it 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from typing import Any
 
 from conductor_mcp.core import client_tools, prompts
@@ -67,6 +68,9 @@ class Executor:
         self._standing: dict[str, str] = {}  # conductor step key -> the answer that stands if it stops
         self._positions: dict[str, int] = {}  # step key -> position in run.steps (and its order in the store)
         self._capped: Stop | None = None  # a depth cap met on the way: the run still ends with an answer
+        # Tallies kept as steps change, so no step counts over the whole run (a long chain was quadratic):
+        self._calls: set[str] = set()  # keys of the steps whose calls count toward the run's call cap
+        self._done = 0  # steps done, inherited ones included (what progress events report)
 
     async def execute(self, run: Run) -> None:
         """Run the workflow to the end, a limit, a failed step, or cancellation (re-raised); sets the run's outcome.
@@ -77,6 +81,8 @@ class Executor:
         if run.workflow is None or not run.workflow.steps:
             raise ValueError(f"run {run.id} has no workflow to execute")
         self._positions = {record.key: position for position, record in enumerate(run.steps)}
+        self._calls = {r.key for r in run.steps if r.status in CALLED and _counts_as_call(r)}
+        self._done = sum(1 for r in run.steps if r.status == "done")
         stop = await self._run_workflow(run, run.workflow, depth=0, parent=None)
         if stop is not None and stop.kind == "step_failed" and self._can_recover(run):
             stop = await self._recover(run, stop)
@@ -138,8 +144,9 @@ class Executor:
     def _prepare(
         self, run: Run, workflow: Workflow, depth: int, parent: str | None, first_index: int = 0
     ) -> list[StepRecord]:
-        """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept."""
-        records = []
+        """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept; the others are
+        stored as pending, in one write."""
+        records, unfinished = [], []
         for i, step in enumerate(workflow.steps, start=first_index):
             key = f"{parent}.{i}" if parent else str(i)
             record = self._record(run, key)
@@ -164,8 +171,10 @@ class Executor:
                     worker = self.pool.resolve(step.worker)
                     record.worker_id, record.model = worker.id, worker.model
                 record.status, record.error = "pending", None
-                self._save(run, record)
+                self._calls.discard(record.key)
+                unfinished.append((self._positions[record.key], record))
             records.append(record)
+        self.store.save_steps(run.id, unfinished)
         return records
 
     async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> Stop | None:
@@ -174,15 +183,15 @@ class Executor:
         on would pay for calls whose results cannot be kept, or that nobody will read."""
         records = self._prepare(run, workflow, depth, parent)
         outputs = {r.index: r.output or "" for r in records if r.status == "done"}
-        pending = [i for i in range(len(records)) if i not in outputs]
+        schedule = _Schedule(workflow, outputs)
         finished: asyncio.Queue[StepRecord] = asyncio.Queue()
         stop: Stop | None = None
         try:
             async with asyncio.TaskGroup() as steps:
                 running = 0
-                while pending or running:
+                while schedule.pending or running:
                     if stop is None:
-                        started, stop = self._start_ready(steps, run, workflow, records, outputs, pending, finished)
+                        started, stop = self._start_ready(steps, run, workflow, records, outputs, schedule, finished)
                         running += started
                     if not running:
                         break
@@ -190,15 +199,18 @@ class Executor:
                     running -= 1
                     if record.status == "done":
                         outputs[record.index] = record.output or ""
+                        schedule.finished(record.index)
                     elif stop is None:
                         stop = _stop_of(record)
         except BaseExceptionGroup as group:  # a step raised: the group has cancelled its siblings
-            self._skip(run, [records[i] for i in pending], Stop(kind="internal_error", detail="a step crashed"))
+            crashed = Stop(kind="internal_error", detail="a step crashed")
+            self._skip(run, [records[i] for i in schedule.pending], crashed)
             raise first_cause(group) from None
         except asyncio.CancelledError:
-            self._skip(run, [records[i] for i in pending], Stop(kind="cancelled", detail="run cancelled"))
+            self._skip(run, [records[i] for i in schedule.pending], Stop(kind="cancelled", detail="run cancelled"))
             raise
-        self._skip(run, [records[i] for i in pending], stop or Stop(kind="step_failed", detail="not reached"))
+        unreached = stop or Stop(kind="step_failed", detail="not reached")
+        self._skip(run, [records[i] for i in schedule.pending], unreached)
         return stop
 
     def _start_ready(
@@ -208,18 +220,19 @@ class Executor:
         workflow: Workflow,
         records: list[StepRecord],
         outputs: dict[int, str],
-        pending: list[int],
+        schedule: _Schedule,
         finished: asyncio.Queue[StepRecord],
     ) -> tuple[int, Stop | None]:
         """Start every pending step whose inputs are done, unless a limit refuses its call: (started, that stop)."""
         started = 0
-        for i in [i for i in pending if all(j in outputs for j in workflow.steps[i].access)]:
+        while schedule.ready:
+            i = schedule.ready[0]
             shown = {j: seen_output(outputs[j], records[j].work) for j in workflow.steps[i].access}
             messages = self._messages(run, workflow, records[i], shown)
             stop = self._over_budget(run, workflow.steps[i].worker, messages)
             if stop:
                 return started, stop
-            pending.remove(i)
+            schedule.start(i)
             step = steps.create_task(self._run_step(run, workflow, records[i], messages, outputs), name=records[i].key)
             step.add_done_callback(
                 lambda task: None if task.cancelled() or task.exception() else finished.put_nowait(task.result())
@@ -243,9 +256,11 @@ class Executor:
     def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> Stop | None:
         """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated).
         Tool turns do not count toward the call cap: it bounds the team's workflow, and the client drives them."""
-        started = sum(1 for r in run.steps if r.status in CALLED and r.inherited_from is None and not r.tool_results)
+        started = len(self._calls)
         if started >= run.max_calls:
             return Stop(kind="call_cap", detail=f"call budget reached: {started} of {run.max_calls} calls used")
+        if not run.budget.capped() and not self.server_budget.capped():
+            return None  # nothing to add up: the run's spending is summed over all its steps
         estimate = estimated_tokens(messages)
         next_cost = 0.0
         if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
@@ -271,6 +286,8 @@ class Executor:
         outputs: dict[int, str],
     ) -> StepRecord:
         record.status, record.started_at = "running", now()
+        if _counts_as_call(record):
+            self._calls.add(record.key)
         record.messages_digest = messages_digest(messages)
         seen = workflow.steps[record.index].access
         record.truncated_inputs = [j for j in seen if len(outputs.get(j, "")) > MAX_SEEN_OUTPUT_CHARS]
@@ -301,6 +318,7 @@ class Executor:
             raise StepCrashed(record.key, exc) from exc
         record.ended_at = now()
         self.server_budget.add(record)
+        self._done += record.status == "done"
         self._save(run, record)
         log.debug("step_finished", run_id=run.id, step=record.key, status=record.status)
         await self._emit("step_finished", run, record)
@@ -369,10 +387,44 @@ class Executor:
             record.stop = stop if stop is not None and stop.is_limit else None
 
     async def _emit(self, kind: EventKind, run: Run, record: StepRecord) -> None:
-        finished = sum(1 for r in run.steps if r.status == "done")
+        if self.on_event is None:
+            return
         verb = "started" if kind == "step_started" else record.status
         message = f"step {record.key} {verb}: {record.label()}"
-        await emit(self.on_event, ProgressEvent(kind, run.id, message, record, finished, len(run.steps)))
+        await emit(self.on_event, ProgressEvent(kind, run.id, message, record, self._done, len(run.steps)))
+
+
+class _Schedule:
+    """Which steps of one workflow are still to start, and which of those have their inputs: a step that finishes
+    frees the steps that see it, so each step's inputs are looked at once, not on every finish (on a long chain
+    that was quadratic in its steps)."""
+
+    def __init__(self, workflow: Workflow, outputs: dict[int, str]) -> None:
+        self.pending = dict.fromkeys(i for i in range(len(workflow.steps)) if i not in outputs)  # in index order
+        self._unmet = {i: {j for j in workflow.steps[i].access if j not in outputs} for i in self.pending}
+        self._seen_by: dict[int, list[int]] = {}
+        for i, unmet in self._unmet.items():
+            for j in unmet:
+                self._seen_by.setdefault(j, []).append(i)
+        self.ready = [i for i, unmet in self._unmet.items() if not unmet]  # in index order, as steps start
+
+    def finished(self, index: int) -> None:
+        """Step `index` is done: the steps that waited only for it are ready."""
+        for i in self._seen_by.get(index, ()):
+            unmet = self._unmet[i]
+            unmet.discard(index)
+            if not unmet:
+                bisect.insort(self.ready, i)
+
+    def start(self, index: int) -> None:
+        self.ready.remove(index)
+        del self.pending[index]
+
+
+def _counts_as_call(record: StepRecord) -> bool:
+    """Whether a started step counts toward the call cap: not one taken over from a parent run (paid for there),
+    nor a tool turn (the cap bounds the team's workflow; the client drives tool turns)."""
+    return record.inherited_from is None and not record.tool_results
 
 
 def _stop_of(record: StepRecord) -> Stop:

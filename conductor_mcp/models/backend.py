@@ -96,15 +96,14 @@ def call_arguments(spec: ModelSpec, messages: list[dict[str, Any]], **extra: Any
     if spec.api_base:
         request["api_base"] = spec.api_base
     if spec.price:
-        request["input_cost_per_token"] = spec.price.input_per_mtok / 1e6
-        request["output_cost_per_token"] = spec.price.output_per_mtok / 1e6
+        request["input_cost_per_token"], request["output_cost_per_token"] = spec.price.per_token()
     request.update({k: v for k, v in extra.items() if v is not None})
     return request
 
 
 def pool_rates(spec: ModelSpec) -> tuple[float, float] | None:
     """USD per input and output token as the pool file prices `spec`, else None."""
-    return (spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6) if spec.price else None
+    return spec.price.per_token() if spec.price else None
 
 
 def request_for(spec: ModelSpec, call: Call) -> dict[str, Any]:

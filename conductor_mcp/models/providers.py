@@ -163,7 +163,7 @@ class Providers:
             return LocalBackend(self.local, cast("DirectBackend", self._backend("direct")))
         from conductor_mcp.models.sim_backend import SimBackend
 
-        return SimBackend(cast("LitellmBackend", self._backend("litellm")), self)
+        return SimBackend(self._backends.retrier, self)
 
     async def aclose(self) -> None:
         """Close every backend this Providers made (connections, litellm's sessions, managed model servers): the

@@ -1,7 +1,9 @@
 """Simulated workers and a simulated conductor: a testbed, not a model of any real LLM.
 
-They are served as a litellm custom provider (`sim/<name>`), so they travel exactly the call path real
-models take: request building, retries, usage, cost. What they answer is decided by known numbers:
+The server calls them on the direct path (sim_backend.py): the request built, retried, counted and priced as a
+real model's is, without litellm's per-call machinery (2-4 ms of CPU per call on a 2-core machine, more than the
+simulator itself). They are also a litellm custom provider (`sim/<name>`), for whoever calls litellm with a sim
+model (the benchmarks' baselines). What they answer is decided by known numbers:
 
 * a worker is right with its skill for the task's domain (adjusted for difficulty), the draw seeded from
   the whole prompt (task, worker, instruction, seen context) so every run is reproducible;
@@ -26,6 +28,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import litellm
@@ -257,8 +260,54 @@ def _max_steps(optional_params: dict[str, Any], system: str) -> int:
 # ------------------------------------------------------------------------------------------- provider
 
 
+@dataclass
+class SimReply:
+    """What a sim model answered: its text (None when it asks for tool calls instead), the calls, and usage."""
+
+    text: str | None
+    calls: list[tuple[str, str]]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+async def answer(model: str, messages: list[dict[str, Any]], call: SimCall, params: dict[str, Any]) -> SimReply:
+    """Answer one call to `model` (`sim/<name>` or `<name>`) after its simulated latency; `params` are the call's
+    arguments (its response format and the client's tools are read). Both ways to a sim model share it: the
+    litellm provider below and the backend's direct path (sim_backend.py)."""
+    text, completion_tokens, latency = _reply(model.removeprefix(PREFIX), messages, call, params)
+    calls = sim_tools.requested_calls(messages, params.get("tools"))
+    scale = call.simulation.time_scale if call.time_scale is None else call.time_scale
+    if latency * scale > 0:
+        await asyncio.sleep(latency * scale)
+    if call.call_log is not None:
+        _log_call(call.call_log, model, messages)
+    text += sim_tools.quoted_results(messages)
+    return SimReply(None if calls else text, calls, token_count(messages_text(messages)), completion_tokens)
+
+
+def response(reply: SimReply) -> SimpleNamespace:
+    """A reply in the shape backends read a chat completion (as openai_http.parsed makes one), without litellm."""
+    calls = [
+        SimpleNamespace(id=f"sim_{n}", type="function", function=SimpleNamespace(name=name, arguments=args))
+        for n, (name, args) in enumerate(reply.calls)
+    ]
+    message = SimpleNamespace(role="assistant", content=reply.text, tool_calls=calls or None)
+    choice = SimpleNamespace(index=0, message=message, text=reply.text, finish_reason=_finish_reason(reply))
+    usage = SimpleNamespace(
+        prompt_tokens=reply.prompt_tokens,
+        completion_tokens=reply.completion_tokens,
+        total_tokens=reply.prompt_tokens + reply.completion_tokens,
+    )
+    return SimpleNamespace(choices=[choice], usage=usage)
+
+
+def _finish_reason(reply: SimReply) -> str:
+    return "tool_calls" if reply.calls else "stop"
+
+
 class SimProvider(CustomLLM):
-    """litellm custom provider serving every `sim/<name>` model."""
+    """litellm custom provider serving every `sim/<name>` model (benchmarks and callers of litellm reach the
+    simulator this way; the server's own calls take the direct path)."""
 
     async def acompletion(
         self,
@@ -280,35 +329,25 @@ class SimProvider(CustomLLM):
         client: Any = None,
     ) -> litellm.ModelResponse:
         call = ((litellm_params or {}).get("metadata") or {}).get(SIM_CALL)
-        call = call if isinstance(call, SimCall) else SimCall()
-        text, completion_tokens, latency = _reply(model.removeprefix(PREFIX), messages, call, optional_params)
-        calls = sim_tools.requested_calls(messages, optional_params.get("tools"))
-        scale = call.simulation.time_scale if call.time_scale is None else call.time_scale
-        if latency * scale > 0:
-            await asyncio.sleep(latency * scale)
-        if call.call_log is not None:
-            _log_call(call.call_log, model, messages)
-        _fill(model_response.choices[0], text + sim_tools.quoted_results(messages), calls)
-        prompt_tokens = token_count(messages_text(messages))
+        reply = await answer(model, messages, call if isinstance(call, SimCall) else SimCall(), optional_params)
+        _fill(model_response.choices[0], reply)
         model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            total_tokens=reply.prompt_tokens + reply.completion_tokens,
         )
         model_response.model = model
         return model_response
 
 
-def _fill(choice: Any, text: str, calls: list[tuple[str, str]]) -> None:
+def _fill(choice: Any, reply: SimReply) -> None:
     """Put the reply into litellm's response: the text, or (the text withheld) the tool calls asked for."""
-    if not calls:
-        choice.message.content, choice.finish_reason = text, "stop"
-        return
-    choice.message.content, choice.finish_reason = None, "tool_calls"
-    choice.message.tool_calls = [
-        ChatCompletionMessageToolCall(id=f"sim_{n}", type="function", function=Function(name=name, arguments=args))
-        for n, (name, args) in enumerate(calls)
-    ]
+    choice.message.content, choice.finish_reason = reply.text, _finish_reason(reply)
+    if reply.calls:
+        choice.message.tool_calls = [
+            ChatCompletionMessageToolCall(id=f"sim_{n}", type="function", function=Function(name=name, arguments=a))
+            for n, (name, a) in enumerate(reply.calls)
+        ]
 
 
 def _reply(

@@ -187,6 +187,12 @@ class Store(ABC):
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         """Upsert one step; the messages are written once and kept when a later save omits them."""
 
+    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]]) -> None:
+        """Upsert several steps (position, record), their messages kept: a workflow's plan, stored as it starts.
+        One transaction where the backend makes that cheaper than a write per step."""
+        for seq, record in steps:
+            self.save_step(run_id, seq, record, None)
+
     @abstractmethod
     def update(self, run_id: str, change: Callable[[Run], list[int] | None]) -> Run:
         """Read the run and write back what `change` did to it, in one transaction no other writer can enter.

@@ -71,17 +71,11 @@ class RunWatch:
         self.steps: dict[str, float] = {}  # key of a running step -> when it started
         self.trace: RunTrace | None = telemetry.tracing.start(run) if telemetry.tracing else None
         self.metrics.run_started(run)
-        self._handlers: dict[str, Callable[[ProgressEvent], Any]] = {
-            "conductor_finished": self._planned,
-            "step_started": self._step_started,
-            "step_finished": self._step_finished,
-            "run_finished": self._finished,
-        }
 
     def saw(self, event: ProgressEvent) -> None:
-        handler = self._handlers.get(event.kind)
+        handler = _HANDLERS.get(event.kind)
         if handler is not None:
-            handler(event)
+            handler(self, event)
         if self.trace is not None:
             self.trace.saw(self.run, event)
 
@@ -103,3 +97,13 @@ class RunWatch:
             if step.key in self.steps:
                 self.metrics.step_ended(self.run, step, ended - self.steps.pop(step.key))
         self.metrics.run_finished(self.run, ended - self.started)
+
+
+# By kind of event, the RunWatch method that looks at it: kept on the class, not as bound methods on each watch,
+# which made every watch a cycle holding its run's records until a full collection (the hold's RSS grew with it).
+_HANDLERS: dict[str, Callable[[RunWatch, ProgressEvent], None]] = {
+    "conductor_finished": RunWatch._planned,
+    "step_started": RunWatch._step_started,
+    "step_finished": RunWatch._step_finished,
+    "run_finished": RunWatch._finished,
+}

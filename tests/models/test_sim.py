@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,6 +137,77 @@ async def test_sim_goes_through_litellm_with_usage_and_cost() -> None:
     expected = (result.prompt_tokens * 1.0 + result.completion_tokens * 2.0) / 1e6
     assert result.cost_usd == pytest.approx(expected)
     assert result.answered_by == "sim/anyone" and result.attempts[0].ok
+
+
+class _CallsSeen:
+    """A litellm callback counting the calls litellm is asked to make (its deployment hook runs in every call,
+    before the call returns)."""
+
+    def __init__(self) -> None:
+        from litellm.integrations.custom_logger import CustomLogger
+
+        seen = self
+
+        class Counter(CustomLogger):
+            async def async_pre_call_deployment_hook(self, kwargs: dict[str, Any], call_type: Any) -> None:
+                seen.calls += 1
+
+        self.calls = 0
+        self.logger = Counter()
+
+
+async def test_sim_calls_take_the_direct_path_not_litellm() -> None:
+    """litellm's per-call machinery cost more CPU than the simulator itself: the server's sim calls skip it."""
+    import litellm
+
+    from conductor_mcp.models import sim
+
+    seen = _CallsSeen()
+    litellm.callbacks.append(seen.logger)
+    try:
+        sim.register()
+        metadata = {sim.SIM_CALL: sim.SimCall(reference=META, time_scale=0)}
+        await litellm.acompletion(model="sim/anyone", messages=[{"role": "user", "content": "x"}], metadata=metadata)
+        assert seen.calls == 1  # the probe sees a call litellm makes
+        providers = Providers(Settings.from_env(sim_time_scale=0))
+        result = await providers.complete(ModelSpec(model="sim/anyone"), [{"role": "user", "content": "y"}])
+        await providers.aclose()
+    finally:
+        litellm.callbacks.remove(seen.logger)
+    assert seen.calls == 1 and result.attempts[0].ok and "ANSWER:" in result.text
+
+
+@pytest.mark.parametrize("priced", [True, False])
+@pytest.mark.parametrize("offered_tools", [True, False])
+async def test_the_direct_path_answers_as_the_litellm_provider_did(priced: bool, offered_tools: bool) -> None:
+    """Text, tool calls, finish reason, usage and cost: the same as through litellm's `sim` provider."""
+    from conductor_mcp.models import sim
+    from conductor_mcp.models.backend import Call, request_for
+    from conductor_mcp.models.litellm_backend import LitellmBackend
+    from conductor_mcp.models.retry import Retrier
+    from conductor_mcp.models.sim_backend import SimBackend
+
+    price = Pricing(input_per_mtok=3.0, output_per_mtok=7.0) if priced else None
+    spec = ModelSpec(model="sim/solver", price=price)
+    task = prompts.worker_messages('Look it up with lookup {"q": 6} and answer.', None, _one_step(), 0, {})
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    extra = {"tools": tools if offered_tools else None}
+    overrides = Settings.from_env(sim_time_scale=0)
+    retrier = Retrier(0.0)
+    litellm_backend = LitellmBackend(retrier)
+    direct = await SimBackend(retrier, overrides).complete(spec, Call(task, "solver", [], META, None, extra))
+    sim.register()
+    request = request_for(spec, Call(task, "solver", [], META, None, extra))
+    request["metadata"] = {sim.SIM_CALL: sim.SimCall(reference=META, time_scale=0)}
+    through = await litellm_backend.send(spec, Call(task, "solver", [], META, None, extra), request, remote=False)
+    assert direct.tool_calls == through.tool_calls and bool(direct.tool_calls) == offered_tools
+    assert (direct.text, direct.finish_reason) == (through.text, through.finish_reason)
+    assert (direct.prompt_tokens, direct.completion_tokens) == (through.prompt_tokens, through.completion_tokens)
+    assert direct.cost_usd == pytest.approx(through.cost_usd) and (direct.cost_usd > 0) == priced
+
+
+def _one_step() -> Workflow:
+    return Workflow(steps=[Step(worker="solver", instruction="Use the tool the task names.")])
 
 
 def test_task_set_is_reproducible_and_mixed() -> None:
