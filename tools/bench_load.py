@@ -349,16 +349,20 @@ def start_server(state: Path, pools: Path, database_url: str | None = None) -> S
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-    server = Server(proc, f"http://127.0.0.1:{port}/mcp", log)
-    try:
-        return await_ready(server, port)
-    except BaseException:
-        proc.kill()
-        raise
+    return await_ready(Server(proc, f"http://127.0.0.1:{port}/mcp", log), port)
 
 
 def await_ready(server: Server, port: int) -> Server:
-    """The server once it answers a run; SystemExit with its log when it exits, fails or does not start."""
+    """The server once it answers a run; SystemExit with its log when it exits, fails or does not start (the
+    process is killed then, as on any other exception)."""
+    try:
+        return _first_run(server, port)
+    except BaseException:
+        server.proc.kill()
+        raise
+
+
+def _first_run(server: Server, port: int) -> Server:
     proc, log = server.proc, server.log
     deadline = time.monotonic() + 90
     while proc.poll() is None and time.monotonic() < deadline:
@@ -402,12 +406,7 @@ def start_bare(folder: Path, recorded: dict[str, Any]) -> Server:
     with log.open("wb") as stderr:
         command = [sys.executable, str(folder / "bare_server.py"), str(port), str(folder / "recorded.json")]
         proc = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=stderr)
-    server = Server(proc, f"http://127.0.0.1:{port}/mcp", log)
-    try:
-        return await_ready(server, port)
-    except BaseException:
-        proc.kill()
-        raise
+    return await_ready(Server(proc, f"http://127.0.0.1:{port}/mcp", log), port)
 
 
 def drive(
