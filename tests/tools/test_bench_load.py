@@ -25,7 +25,7 @@ def test_quick_mode_measures_the_server_and_prints_each_target() -> None:
     done = bench("--quick", "--concurrency", "40", "--cpu-runs", "40", "--cpu-repeats", "2")
     out = done.stdout
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    for route, less in (("sim", "litellm's calls"), ("http", "the bare HTTP calls")):
+    for route, less in (("sim", "the simulator's answers"), ("http", "the bare HTTP calls")):
         own = rf"(PASS|FAIL) server's own CPU per {route} run -?[\d.]+ ms \(median; server less {less}\) <= 5 ms"
         assert re.search(own + "; errors 0", out), out
         hold = out[out.index(f"\nHold, {route} route") :]
