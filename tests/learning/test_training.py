@@ -293,60 +293,12 @@ def test_the_dr_grpo_regime_reaches_grpo_config() -> None:
 def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
     """The decisions regime end to end: random well-formed decisions as the warm start, one Dr. GRPO step on
     permuted 4-of-8 sub-pools of the composed testbed, held-out tasks on sub-pools no training row drew."""
-    model = convert_gguf.convert()
-    args = train_options.parse_args(
-        [
-            "--base-model",
-            str(model),
-            "--pool",
-            "sim-composed",
-            "--sim-set",
-            "composed",
-            "--sim-tasks",
-            "4",
-            "--eval-tasks",
-            "3",
-            "--completion",
-            "decisions",
-            "--warm-start",
-            "format",
-            "--sft-steps",
-            "2",
-            "--sft-batch",
-            "2",
-            "--sft-lr",
-            "1e-3",
-            "--eval-warm-start",
-            "--steps",
-            "1",
-            "--questions",
-            "1",
-            "--group-size",
-            "4",
-            "--max-completion-length",
-            "16",
-            "--subpool-k",
-            "4",
-            "--permute-ids",
-            "--scale-rewards",
-            "none",
-            "--loss-type",
-            "dr_grpo",
-            "--mask-truncated",
-            "--shuffle",
-            "--temperature",
-            "1.2",
-            "--cost-weight",
-            "0.2",
-            "--lora-r",
-            "4",
-            "--lora-alpha",
-            "8",
-            "--seed",
-            "2",
-            "--out",
-            str(tmp_path),
-        ]
+    args = small_decisions_run(
+        tmp_path,
+        "sim-composed",
+        "composed",
+        *("--eval-warm-start", "--steps", "1", "--scale-rewards", "none", "--loss-type", "dr_grpo"),
+        *("--mask-truncated", "--shuffle", "--temperature", "1.2", "--cost-weight", "0.2"),
     )
     card = train_conductor.train(args)
     assert len(card["losses"]) == 1 and len(card["rollouts"]) == 1 and card["rollouts"][0]["groups"] == 1
@@ -361,55 +313,33 @@ def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
         assert all(r["completion_tokens"] <= 16 for r in rows)
 
 
-def resumable_run(out: Path, *session: str) -> argparse.Namespace:
-    """A small decisions run on the composed testbed v2 with the trained policy's description-shuffle evaluation."""
+def small_decisions_run(out: Path, pool: str, sim_set: str, *options: str) -> argparse.Namespace:
+    """A decisions run on a composed testbed small enough for a test: a format warm start of 2 steps, 4 training
+    tasks on permuted 4-worker sub-pools, one question of 4 rollouts a step, 3 held-out tasks."""
     return train_options.parse_args(
         [
-            "--base-model",
-            str(convert_gguf.convert()),
-            "--pool",
-            "sim-composed-v2",
-            "--sim-set",
-            "composed-v2",
-            "--sim-tasks",
-            "4",
-            "--eval-tasks",
-            "3",
-            "--skip-base-eval",
-            "--eval-shuffled",
-            "--completion",
-            "decisions",
-            "--warm-start",
-            "format",
-            "--sft-steps",
-            "2",
-            "--sft-batch",
-            "2",
-            "--sft-lr",
-            "1e-3",
-            "--steps",
-            "2",
-            "--questions",
-            "1",
-            "--group-size",
-            "4",
-            "--max-completion-length",
-            "16",
-            "--subpool-k",
-            "4",
-            "--permute-ids",
-            "--lr",
-            "5e-5",
-            "--lora-r",
-            "4",
-            "--lora-alpha",
-            "8",
-            "--seed",
-            "2",
-            "--out",
-            str(out),
-            *session,
+            *("--base-model", str(convert_gguf.convert()), "--pool", pool, "--sim-set", sim_set),
+            *("--sim-tasks", "4", "--eval-tasks", "3", "--completion", "decisions", "--warm-start", "format"),
+            *("--sft-steps", "2", "--sft-batch", "2", "--sft-lr", "1e-3", "--questions", "1", "--group-size", "4"),
+            *("--max-completion-length", "16", "--subpool-k", "4", "--permute-ids", "--lora-r", "4"),
+            *("--lora-alpha", "8", "--seed", "2", "--out", str(out), *options),
         ]
+    )
+
+
+def resumable_run(out: Path, *session: str) -> argparse.Namespace:
+    """A small decisions run on the composed testbed v2 with the trained policy's description-shuffle evaluation."""
+    return small_decisions_run(
+        out,
+        "sim-composed-v2",
+        "composed-v2",
+        "--skip-base-eval",
+        "--eval-shuffled",
+        "--steps",
+        "2",
+        "--lr",
+        "5e-5",
+        *session,
     )
 
 

@@ -176,17 +176,20 @@ async def test_a_base_models_answer_ends_where_the_answer_ends(state: Path, shar
         assert raw.startswith(answer) and len(raw) > 3 * len(answer), raw  # the model itself did not stop there
 
 
+def conductor(
+    *args: str, python_flags: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`conductor-mcp ARGS` as a user runs it, in a new process; it must succeed."""
+    command = [sys.executable, *python_flags, "-m", "conductor_mcp", *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-1000:] + result.stderr[-2000:]
+    return result
+
+
 def test_cli_default_needs_no_keys(state: Path) -> None:
     """README command 1 on a machine with no keys: the local pool, one step, the sentence and the time it took."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "CONDUCTOR_POOL"}
-    result = subprocess.run(
-        [sys.executable, "-m", "conductor_mcp", "run", "--json", "What is the capital of France?"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = conductor("run", "--json", "What is the capital of France?", env=env)
     run = json.loads(result.stdout)
     assert run["pool"] == "local" and run["status"] == "done" and len(run["steps"]) == 1
     assert run["totals"]["total_tokens"] > 0
@@ -197,13 +200,7 @@ def test_cli_default_needs_no_keys(state: Path) -> None:
 def test_a_run_on_the_local_pool_never_imports_litellm(state: Path) -> None:
     """litellm costs ~3 s of CPU to import on a 2-core machine, more than the embedded model's whole answer on a
     resident server: `run` on the local pool must not load it, nor the openai SDK (its exceptions' base)."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "conductor_mcp", "run", "--quiet", "What is the capital of France?"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = conductor("run", "--quiet", "What is the capital of France?", python_flags=("-X", "importtime"))
     assert "Paris" in result.stdout
     imported = {
         line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
@@ -215,13 +212,7 @@ def test_a_run_on_the_local_pool_never_imports_litellm(state: Path) -> None:
 def test_verbose_says_where_the_time_went_in_the_model_s_own_tokens(state: Path) -> None:
     """`run --verbose`: llama.cpp's own counts of the run's prompt tokens (evaluated and cached) and generated
     tokens, with their rates on this CPU, agree with the run's usage; our own share and CPU are beside them."""
-    result = subprocess.run(
-        [sys.executable, "-m", "conductor_mcp", "run", "--quiet", "--verbose", "--json", "What is 2 + 2?"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = conductor("run", "--quiet", "--verbose", "--json", "What is 2 + 2?")
     totals = json.loads(result.stdout[: result.stdout.rindex("}") + 1])["totals"]
     prompt = re.search(r"prompt tokens +[\d.]+ +(\d+) evaluated(?: at \d+/s)?, (\d+) cached", result.stderr)
     generated = re.search(r"generated tokens +([\d.]+) +(\d+) tokens at (\d+)/s", result.stderr)
@@ -263,10 +254,7 @@ def test_the_model_file_is_hashed_once_not_on_every_cold_start(tmp_path: Path) -
 
 
 def test_doctor_smoke_tests_the_embedded_model(state: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "conductor_mcp", "doctor"], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    result = conductor("doctor")
     assert f"embedded model {local.DEFAULT_MODEL}: answered 1 token" in result.stdout
 
 

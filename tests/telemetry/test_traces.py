@@ -253,18 +253,24 @@ async def test_a_failing_agents_stderr_that_quotes_the_task_stays_out_of_every_s
     assert len(calls) == 2 and {attributes(c)["error.type"] for c in calls} == {c.status.message for c in calls}
 
 
-def test_the_spans_of_a_run_that_ends_just_before_the_server_stops_are_exported(
-    tmp_path: Path, receiver: tuple[str, Received]
-) -> None:
-    endpoint, received = receiver
-    server = HttpServer(
+def traced_server(tmp_path: Path, endpoint: str, **env: str) -> HttpServer:
+    """A `conductor-mcp serve --http` on the sim pool whose spans go to the receiver at `endpoint`."""
+    return HttpServer(
         tmp_path / "state",
         None,
         CONDUCTOR_POOL="sim",
         CONDUCTOR_SIM_TIME_SCALE="0.01",
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-        OTEL_BSP_SCHEDULE_DELAY="600000",  # nothing is exported on a timer: only the flush at shutdown sends them
+        **env,
     )
+
+
+def test_the_spans_of_a_run_that_ends_just_before_the_server_stops_are_exported(
+    tmp_path: Path, receiver: tuple[str, Received]
+) -> None:
+    endpoint, received = receiver
+    # nothing is exported on a timer: only the flush at shutdown sends them
+    server = traced_server(tmp_path, endpoint, OTEL_BSP_SCHEDULE_DELAY="600000")
     try:
         token = server.token_file.read_text().strip()
         reply = httpx.post(
@@ -294,13 +300,7 @@ async def test_a_run_started_with_the_callers_trace_context_is_a_child_of_the_ca
     """SEP-414: `traceparent`/`tracestate` in a tools/call's `_meta`, in either protocol era, make the run's root
     span a child of the caller's span; a follow-up's root span is a child of the span that asked for it."""
     endpoint, received = receiver
-    server = HttpServer(
-        tmp_path / "state",
-        None,
-        CONDUCTOR_POOL="sim",
-        CONDUCTOR_SIM_TIME_SCALE="0.01",
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-    )
+    server = traced_server(tmp_path, endpoint)
     try:
         token = server.token_file.read_text().strip()
         http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60)
@@ -367,13 +367,7 @@ def test_an_openai_request_with_w3c_trace_headers_runs_under_the_callers_span(
     tmp_path: Path, receiver: tuple[str, Received]
 ) -> None:
     endpoint, received = receiver
-    server = HttpServer(
-        tmp_path / "state",
-        None,
-        CONDUCTOR_POOL="sim",
-        CONDUCTOR_SIM_TIME_SCALE="0.01",
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-    )
+    server = traced_server(tmp_path, endpoint)
     try:
         token = server.token_file.read_text().strip()
         reply = httpx.post(
