@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from conductor_mcp.core.limits import KILL_GRACE_S, SETTLE_S, STDERR_TAIL_BYTES, STDOUT_MAX_BYTES
+from conductor_mcp.runtime.logs import get_logger
 
 _CHUNK = 64 * 1024
 _BURST = 16 * _CHUNK  # read at most this much at a time, so a fast writer cannot hold the event loop
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -76,13 +79,14 @@ async def run_process(
         timed_out = True
         await end_family(proc, grace_s=kill_grace_s)
     except asyncio.CancelledError:
-        kill_family(proc.pid)
+        await exited(kill_family(proc.pid), within_s=kill_grace_s)
         raise
     finally:
         if proc.returncode is None:  # an error of ours: leave nothing behind
             kill_family(proc.pid)
         await _settle(tasks)
-    kill_family(proc.pid, leader=False)  # what it left running in the background when it exited (it is reaped)
+    # What it left running in the background when it exited (it is reaped, so not the leader).
+    await exited(kill_family(proc.pid, leader=False), within_s=kill_grace_s)
     for task in tasks:
         if not task.cancelled() and (error := task.exception()) is not None:
             raise error
@@ -239,7 +243,36 @@ async def end_family(proc: asyncio.subprocess.Process, grace_s: float) -> None:
     members = kill_family(proc.pid, signal.SIGTERM) - {proc.pid}  # found while the leader lives: its children
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(proc.wait(), timeout=grace_s)
-    kill_family(proc.pid, leader=proc.returncode is None, also=_alive_of(members))
+    killed = kill_family(proc.pid, leader=proc.returncode is None, also=_alive_of(members))
+    await exited(killed, within_s=grace_s)
+
+
+async def exited(pids: set[int], within_s: float) -> None:
+    """Wait until each of `pids`, just sent SIGKILL, has ended: a signal is only queued when `kill` returns, and a
+    busy machine may not run the member that gets it for a while. A pidfd turns readable when its process ends,
+    child of ours or not, so this waits on that event; one still alive after `within_s` (stuck in the kernel) is
+    logged, not waited for."""
+    loop = asyncio.get_running_loop()
+    waits: dict[int, asyncio.Future[None]] = {}
+    try:
+        for pid in pids - {os.getpid()}:
+            try:
+                fd = os.pidfd_open(pid)
+            except (ProcessLookupError, PermissionError):
+                continue  # gone already (or never ours to wait for)
+            ended: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(fd, lambda done=ended: done.done() or done.set_result(None))
+            waits[fd] = ended
+        if waits:
+            async with asyncio.timeout(within_s):
+                await asyncio.gather(*waits.values())
+    except TimeoutError:
+        alive = sorted(pids & _process_table().keys())
+        log.warning("killed_processes_still_running", pids=alive, waited_s=within_s)
+    finally:
+        for fd in waits:
+            loop.remove_reader(fd)
+            os.close(fd)
 
 
 def _alive_of(pids: set[int]) -> set[int]:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+import structlog
 
 from conductor_mcp.agents import process
 from conductor_mcp.agents.process import ProcessResult, run_process
@@ -107,3 +110,23 @@ def test_an_agent_that_leaves_a_background_job_ends_when_it_exits(tmp_path: Path
     assert (result.exit_status, result.timed_out) == (0, False)  # not left waiting for the sleeper
     assert result.stdout == b"x" * 300_000 + b"\n" and result.stderr_tail == b"done\n"  # all it wrote, read
     assert processes_with_env(marker) == []  # and the sleeper went with its process group
+
+
+async def test_a_killed_member_is_waited_for_until_it_has_ended_and_one_that_does_not_end_is_named() -> None:
+    """SIGKILL is only queued when `kill` returns: `exited` waits for each member's end (its pidfd's event), so
+    "its whole family dead" holds when a cancellation returns on a busy machine too; a process that does not end in
+    time (stuck in the kernel; here: never signalled) is logged by pid, not waited for without end."""
+    env, marker = _env()
+    sleeper = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(120)", env=env)
+    try:
+        await until(lambda: processes_with_env(marker) == [sleeper.pid], "the sleeper runs")
+        with structlog.testing.capture_logs() as logs:
+            await process.exited({sleeper.pid}, within_s=0.2)
+        assert [(e["event"], e["pids"]) for e in logs] == [("killed_processes_still_running", [sleeper.pid])]
+        os.kill(sleeper.pid, signal.SIGKILL)
+        await process.exited({sleeper.pid}, within_s=60)
+        assert processes_with_env(marker) == []  # ended (a zombie until reaped below), not merely signalled
+    finally:
+        if sleeper.returncode is None:
+            sleeper.kill()
+        await sleeper.wait()
