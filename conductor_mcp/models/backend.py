@@ -144,7 +144,8 @@ def failed(spec: ModelSpec, label: str | None, exc: BaseException, started: floa
 
 
 def answer_of(spec: ModelSpec, response: Any) -> tuple[Any, str]:
-    """The first choice and its text, or MalformedResponse when a 200 response carries no usable text."""
+    """The first choice and its text (a base model's cut where its answer ends), or MalformedResponse when a 200
+    response carries no usable text."""
     choices = getattr(response, "choices", None)
     if not choices:
         raise MalformedResponse(f"{spec.model} answered with no choices")
@@ -158,7 +159,12 @@ def answer_of(spec: ModelSpec, response: Any) -> tuple[Any, str]:
         text = getattr(message, "content", None)
     if text is not None and not isinstance(text, str):
         raise MalformedResponse(f"{spec.model} answered with {type(text).__name__} content where text was expected")
-    return choice, sanitized(text or "")
+    if spec.prompt_style != "completion":
+        return choice, sanitized(text or "")
+    answer = end_of_answer(sanitized(text or ""))  # a base model writes on past its answer
+    if not answer:  # it stopped before answering (a stop sequence first, blank lines): another draw may answer
+        raise MalformedResponse(f"{spec.model} wrote no answer before its answer ended ({text!r:.80})")
+    return choice, answer
 
 
 def _tool_calls(choice: Any) -> list[tuple[str, str]]:
@@ -176,7 +182,7 @@ def completion_of(
     usage = getattr(response, "usage", None)
     return Completion(
         tool_calls=[] if spec.prompt_style == "completion" else _tool_calls(choice),
-        text=redact_values(end_of_answer(text) if spec.prompt_style == "completion" else text),
+        text=redact_values(text),
         finish_reason=getattr(choice, "finish_reason", None),
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),

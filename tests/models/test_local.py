@@ -131,9 +131,9 @@ async def test_plan_with_constrained_decoding(state: Path) -> None:
 
 async def test_orchestrate_end_to_end(state: Path) -> None:
     async with Service.open(Settings.from_env()) as service:
-        run = await orchestrate(service, "Question: What is the capital of France?")
+        run = await orchestrate(service, "What is the capital of France?")
     assert run.status == "done", run.error
-    assert run.answer is not None
+    assert run.answer, run.answer  # an empty answer is a failed draw, asked again, never a run done
     for step in run.steps:
         assert step.answered_by == "local/gemma3-270m"
         assert step.prompt_tokens > 10 and step.completion_tokens >= 1

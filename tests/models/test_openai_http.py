@@ -27,7 +27,8 @@ SEEN_PATHS: list[str] = []
 
 
 class Capture(BaseHTTPRequestHandler):
-    """Records each request; the model `status-N` answers HTTP N, any other a completion with fixed usage."""
+    """Records each request; the model `status-N` answers HTTP N, `blank-once` a base model's text with no answer
+    in it the first time, any other a completion with fixed usage."""
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -37,6 +38,8 @@ class Capture(BaseHTTPRequestHandler):
         message = {"role": "assistant", "content": "ANSWER: 42"}
         text = not self.path.endswith("/chat/completions")  # a base model's text completion
         choice = {"text": " ANSWER: 42\nQuestion: next"} if text else {"message": message}
+        if body["model"] == "blank-once" and [seen["model"] for _, seen in SEEN].count("blank-once") == 1:
+            choice = {"text": "\n\n"}  # stopped on its stop sequence "\n\n\n": nothing before it
         answer = {
             "id": "c",
             "object": "text_completion" if text else "chat.completion",
@@ -72,8 +75,7 @@ def spec_at(base: str, model: str = "hosted_vllm/served", **fields: Any) -> Mode
         api_base=base,
         params=params,
         price={"input_per_mtok": 3, "output_per_mtok": 9},
-        max_retries=0,
-        **fields,
+        **{"max_retries": 0, **fields},
     )
 
 
@@ -122,6 +124,18 @@ async def test_a_text_completion_sends_the_body_litellm_sends(base: str, tmp_pat
     assert {**body, "stop": None} == {**litellm_body, "stop": None}
     assert (done.prompt_tokens, done.completion_tokens) == (31, 7) == (reference.usage.prompt_tokens, 7)
     assert done.text == "ANSWER: 42" and done.finish_reason == reference.choices[0].finish_reason == "length"
+
+
+async def test_a_base_model_that_writes_no_answer_is_asked_again(base: str, tmp_path: Path) -> None:
+    """A base model may stop before it answers (only blank lines, then a stop sequence): that attempt failed, so
+    the call is made again and the step gets the answer of the next draw, not an empty one taken as done."""
+    spec = spec_at(base, model="hosted_vllm/blank-once", prompt_style="completion", max_retries=1)
+    models = providers.Providers(Settings.from_env(state_dir=tmp_path, retry_base_s=0))
+    done = await models.complete(spec, MESSAGES, label="w")
+    await models.aclose()
+    assert done.text == "ANSWER: 42"
+    assert [a.ok for a in done.attempts] == [False, True]
+    assert "MalformedResponse" in str(done.attempts[0].error) and "wrote no answer" in str(done.attempts[0].error)
 
 
 async def test_a_call_without_a_key_sends_litellm_s_placeholder(base: str, tmp_path: Path) -> None:
