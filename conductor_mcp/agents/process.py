@@ -267,8 +267,7 @@ async def exited(pids: set[int], within_s: float) -> None:
             async with asyncio.timeout(within_s):
                 await asyncio.gather(*waits.values())
     except TimeoutError:
-        alive = sorted(pids & _process_table().keys())
-        log.warning("killed_processes_still_running", pids=alive, waited_s=within_s)
+        log.warning("killed_processes_still_running", pids=sorted(_alive_of(pids)), waited_s=within_s)
     finally:
         for fd in waits:
             loop.remove_reader(fd)
