@@ -187,9 +187,12 @@ class Store(ABC):
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         """Upsert one step; the messages are written once and kept when a later save omits them."""
 
-    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]]) -> None:
-        """Upsert several steps (position, record), their messages kept: a workflow's plan, stored as it starts.
-        One transaction where the backend makes that cheaper than a write per step."""
+    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]], header: Run | None = None) -> None:
+        """Upsert several steps (position, record), their messages kept: a workflow's plan, stored as it starts;
+        with `header` (the run `run_id`), its header first, as `save_run`. One transaction where the backend
+        makes that cheaper than a write per row."""
+        if header is not None:
+            self.save_run(header)
         for seq, record in steps:
             self.save_step(run_id, seq, record, None)
 

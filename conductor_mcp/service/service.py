@@ -135,15 +135,11 @@ class Service(RunReader):
         pool = self.pools.for_request(request.pool)
         return new_run(request, pool, self.pools.digest(pool), sampling)
 
-    async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
-        await self.conductor.plan_run(run, pool, self.server_budget, on_event)
-        self._store.save_run(run)
-
     async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None, sampling: bool = False) -> Run:
         """The conductor's workflow, stored as a `planned` run; no worker is called (`sampling`: see `start`)."""
         run, pool = self._new_run(request, sampling)
         self._store.save_run(run)
-        await self._conduct(run, pool, on_event)
+        await self.conductor.plan_run(run, pool, self.server_budget, on_event)
         run.recompute_totals()
         self._store.save_run(run)
         return run
@@ -260,9 +256,8 @@ class Service(RunReader):
         request = parent.request().but(context=context, self_correct=False, trace=trace)
         run, pool = self._new_run(request, host is not None)
         run.follow(parent, continuation_step(parent.workflow, feedback))
-        self._store.save_run(run)  # before its steps: PostgreSQL holds a step to a run row that exists
-        for seq, step in enumerate(run.steps):
-            self._store.save_step(run.id, seq, step, None)
+        # The run's row, then its steps (PostgreSQL holds a step to a run row that exists); SQLite: one commit.
+        self._store.save_steps(run.id, list(enumerate(run.steps)), run)
         self._launch(run, pool, host)
         return run
 
@@ -333,8 +328,8 @@ class Service(RunReader):
     async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback, providers: Providers) -> Run:
         log.info("run_started", run_id=run.id, pool=pool.name)
         try:
-            if run.workflow is None:
-                await self._conduct(run, pool, on_event)
+            if run.workflow is None:  # the plan is stored with its pending steps, in the executor's first write
+                await self.conductor.plan_run(run, pool, self.server_budget, on_event)
             async with workspace_steps(self.workspaces, run, pool, providers, self.settings) as steps:
                 timeout = self.settings.step_timeout_s
                 executor = Executor(pool, self._store, providers, on_event, timeout, self.server_budget, steps)
