@@ -270,20 +270,17 @@ class Service(RunReader):
         return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
     # -- following and cancelling -----------------------------------------------------------------
-    async def follow(
+    def follow(
         self, run_id: str, heartbeat_s: float | None = None, coalesce: bool = False
     ) -> AsyncGenerator[ProgressEvent, None]:
         """The run's progress from now until it stops running, wherever it executes: here (its own events), on
-        a replica sharing PostgreSQL (NOTIFY), or in another process on the same SQLite file (the store)."""
+        a replica sharing PostgreSQL (NOTIFY), or in another process on the same SQLite file (the store). The
+        source's own stream, handed over as it is (not relayed again)."""
         if run_id in self._active:
-            events = self._active.events(run_id, heartbeat_s, coalesce)
-        elif self._bus is not None:
-            events = self._bus.events(run_id, lambda: self.get_run(run_id), heartbeat_s)
-        else:
-            events = super().follow(run_id, heartbeat_s, coalesce)
-        async with contextlib.aclosing(events) as following:
-            async for event in following:
-                yield event
+            return self._active.events(run_id, heartbeat_s, coalesce)
+        if self._bus is not None:
+            return self._bus.events(run_id, lambda: self.get_run(run_id), heartbeat_s)
+        return super().follow(run_id, heartbeat_s, coalesce)
 
     async def wait(
         self,
