@@ -220,6 +220,10 @@ class Store(ABC):
     def give_up(self, run_id: str) -> None:  # noqa: B027 (only a backend with replicas has anything to do)
         """Another process took the run over from this one: drop every later write of it from here."""
 
+    def given_up(self, run_id: str) -> bool:
+        """Whether this process's writes of the run are dropped (another replica's record of it stands)."""
+        return False
+
     # -- cancellation across processes ------------------------------------------------------------
     def request_cancel(self, run_id: str) -> None:
         """Ask whichever process executes the run to cancel it (it polls `cancel_requests`)."""

@@ -294,6 +294,7 @@ class Service(RunReader):
     ) -> Run:
         """As RunReader.wait; if the waiting caller is cancelled, the run is cancelled too (its finished steps are
         kept) only with `cancel_on_exit`, which the caller that started the run passes; others just stop waiting."""
+        executing = self._active.get(run_id)  # an execution here: its record is what it stores, change by change
         try:
             await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
         except asyncio.CancelledError:
@@ -301,7 +302,9 @@ class Service(RunReader):
                 with anyio.CancelScope(shield=True):
                     await self.cancel(run_id)
             raise
-        return self.get_run(run_id)  # as stored: here, or where another replica took it over (runs/reclaim.py)
+        if executing is None or run_id in self._active or self._store.given_up(run_id):
+            return self.get_run(run_id)  # as stored: here, or where another replica took it over (runs/reclaim.py)
+        return executing  # it ended here, and its last write was this record: not read back and built again
 
     async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
         """Cancel a run wherever it executes, keeping its finished steps; a run that has ended stays as it is.
