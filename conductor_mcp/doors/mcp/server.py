@@ -160,11 +160,11 @@ class Door:
                 cancel_on_exit=cancel_on_exit,
                 coalesce=True,
             )
-        patch = patch_summary(run)
+        patch = None  # run_result reads it from the run: worked out once
         if apply:
             with conductor_errors():
                 roots = await caller_roots(ctx, self.service)
-            patch = await apply_final_patch(run, patch, roots)
+            patch = await apply_final_patch(run, patch_summary(run), roots)
         return run_result(run, detail, self.links.run(run.id), patch)
 
 
