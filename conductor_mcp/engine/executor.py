@@ -115,8 +115,7 @@ class Executor:
         finished = {r.index: r.output or "" for r in top if r.status == "done"}
         instruction = prompts.recovery_instruction(failure.detail)
         step = Step(worker=CONDUCTOR_ID, instruction=instruction, access=sorted(finished))
-        run.workflow.steps.append(step)
-        self.store.save_run(run)
+        run.workflow.steps.append(step)  # stored with the step's record, by _prepare
         log.warning("replanning_after_failure", run_id=run.id, failure=failure.detail)
         (record,) = self._prepare(run, Workflow(steps=[step]), 0, None, first_index=len(run.workflow.steps) - 1)
         record.recovery = True
@@ -145,7 +144,7 @@ class Executor:
         self, run: Run, workflow: Workflow, depth: int, parent: str | None, first_index: int = 0
     ) -> list[StepRecord]:
         """This workflow's records: finished ones (from an earlier attempt or a parent run) are kept; the others are
-        stored as pending, in one write."""
+        stored as pending, in one write; with the run's header for its top-level workflow, which holds the plan."""
         records, unfinished = [], []
         for i, step in enumerate(workflow.steps, start=first_index):
             key = f"{parent}.{i}" if parent else str(i)
@@ -174,7 +173,7 @@ class Executor:
                 self._calls.discard(record.key)
                 unfinished.append((self._positions[record.key], record))
             records.append(record)
-        self.store.save_steps(run.id, unfinished)
+        self.store.save_steps(run.id, unfinished, run if parent is None else None)
         return records
 
     async def _run_workflow(self, run: Run, workflow: Workflow, depth: int, parent: str | None) -> Stop | None:

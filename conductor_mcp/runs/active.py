@@ -27,7 +27,7 @@ class ActiveRuns:
         self,
         owner: TaskOwner,
         publish: Callable[[ProgressEvent], None] | None = None,
-        observe: Callable[[Run, ProgressCallback], ProgressCallback] | None = None,
+        observe: Callable[[Run], Callable[[ProgressEvent], None]] | None = None,
     ) -> None:
         self._owner = owner
         self._publish = publish  # tells other replicas (PostgreSQL's NOTIFY) of each event of a run here
@@ -50,16 +50,21 @@ class ActiveRuns:
         return [(run_id, task) for run_id, (_, task) in list(self._runs.items()) if not task.done()]
 
     def launch(self, run: Run, execute: Callable[[ProgressCallback], Awaitable[Run]]) -> None:
-        """Start `execute` as the run's task; its events go to whoever follows the run at the time."""
-
-        async def relay(event: ProgressEvent) -> None:
-            for follower in list(self._followers.get(run.id, ())):
-                follower(event)
-            if self._publish is not None:
-                self._publish(event)
+        """Start `execute` as the run's task; its events are observed (telemetry), then go to whoever follows the
+        run at the time, in one relay."""
 
         async def body() -> Run:
-            return await execute(self._observe(run, relay) if self._observe else relay)
+            observed = self._observe(run) if self._observe is not None else None  # made as the execution starts
+
+            async def relay(event: ProgressEvent) -> None:
+                if observed is not None:
+                    observed(event)
+                for follower in list(self._followers.get(run.id, ())):
+                    follower(event)
+                if self._publish is not None:
+                    self._publish(event)
+
+            return await execute(relay)
 
         task = self._owner.spawn(body(), name=f"run-{run.id}")
         self._runs[run.id] = (run, task)

@@ -245,6 +245,9 @@ class PostgresStore(Store):
     def give_up(self, run_id: str) -> None:
         self.fence.give_up(run_id)
 
+    def given_up(self, run_id: str) -> bool:
+        return self.fence.given_up(run_id)
+
     def load_run(self, run_id: str) -> Run:
         return self.read(lambda conn: self._load(conn, run_id, for_update=False))
 

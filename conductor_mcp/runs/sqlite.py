@@ -149,14 +149,17 @@ class SqliteStore(Store):
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         self._write(_SAVE_STEP, step_row(run_id, seq, record, messages), run_id)
 
-    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]]) -> None:
-        """One transaction for them all: a commit per step was a third of a step's store writes."""
-        if not steps:
+    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]], header: Run | None = None) -> None:
+        """One transaction for them all and the header: a commit per row was a third of a step's store writes."""
+        if not steps and header is None:
             return
         rows = [step_row(run_id, seq, record, None) for seq, record in steps]
         with self._guard(run_id):
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if header is not None:
+                    header.updated_at = now()
+                    self._db.execute(_SAVE_RUN, run_row(header))
                 self._db.executemany(_SAVE_STEP, rows)
                 self._db.execute("COMMIT")
             except BaseException:

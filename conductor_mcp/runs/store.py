@@ -187,9 +187,12 @@ class Store(ABC):
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
         """Upsert one step; the messages are written once and kept when a later save omits them."""
 
-    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]]) -> None:
-        """Upsert several steps (position, record), their messages kept: a workflow's plan, stored as it starts.
-        One transaction where the backend makes that cheaper than a write per step."""
+    def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]], header: Run | None = None) -> None:
+        """Upsert several steps (position, record), their messages kept: a workflow's plan, stored as it starts;
+        with `header` (the run `run_id`), its header first, as `save_run`. One transaction where the backend
+        makes that cheaper than a write per row."""
+        if header is not None:
+            self.save_run(header)
         for seq, record in steps:
             self.save_step(run_id, seq, record, None)
 
@@ -216,6 +219,10 @@ class Store(ABC):
     # -- replicas that lose their lease for a while (PostgreSQL; runs/fence.py) ---------------------
     def give_up(self, run_id: str) -> None:  # noqa: B027 (only a backend with replicas has anything to do)
         """Another process took the run over from this one: drop every later write of it from here."""
+
+    def given_up(self, run_id: str) -> bool:
+        """Whether this process's writes of the run are dropped (another replica's record of it stands)."""
+        return False
 
     # -- cancellation across processes ------------------------------------------------------------
     def request_cancel(self, run_id: str) -> None:

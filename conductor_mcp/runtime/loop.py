@@ -9,7 +9,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any
 
-from conductor_mcp.core.limits import FULL_COLLECTION_EVERY
+from conductor_mcp.core.limits import FULL_COLLECTION_EVERY, YOUNG_COLLECTION_EVERY
 
 
 def prefer_bundled_price_map() -> None:
@@ -40,9 +40,9 @@ def skip_final_collections() -> None:
 def settle_collector() -> None:
     """Once a server has loaded what its runs need (after its first client's handshake, with the model backends):
     take what imports and start-up allocated (litellm, pydantic, the MCP SDK: ~420k objects, a 0.2 s walk) out of
-    the collector's reach for the process's life, and make full collections rarer. Unreachable cycles are still
-    freed, by the full collections that remain."""
+    the collector's reach for the process's life, and make young and full collections rarer (core/limits.py says
+    why). Unreachable cycles are still freed, by the collections that remain."""
     gc.collect()
     gc.freeze()
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
+    _, middle, _ = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, middle, FULL_COLLECTION_EVERY)

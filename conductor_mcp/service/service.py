@@ -135,15 +135,11 @@ class Service(RunReader):
         pool = self.pools.for_request(request.pool)
         return new_run(request, pool, self.pools.digest(pool), sampling)
 
-    async def _conduct(self, run: Run, pool: Pool, on_event: ProgressCallback | None) -> None:
-        await self.conductor.plan_run(run, pool, self.server_budget, on_event)
-        self._store.save_run(run)
-
     async def plan(self, request: RunRequest, on_event: ProgressCallback | None = None, sampling: bool = False) -> Run:
         """The conductor's workflow, stored as a `planned` run; no worker is called (`sampling`: see `start`)."""
         run, pool = self._new_run(request, sampling)
         self._store.save_run(run)
-        await self._conduct(run, pool, on_event)
+        await self.conductor.plan_run(run, pool, self.server_budget, on_event)
         run.recompute_totals()
         self._store.save_run(run)
         return run
@@ -260,9 +256,8 @@ class Service(RunReader):
         request = parent.request().but(context=context, self_correct=False, trace=trace)
         run, pool = self._new_run(request, host is not None)
         run.follow(parent, continuation_step(parent.workflow, feedback))
-        self._store.save_run(run)  # before its steps: PostgreSQL holds a step to a run row that exists
-        for seq, step in enumerate(run.steps):
-            self._store.save_step(run.id, seq, step, None)
+        # The run's row, then its steps (PostgreSQL holds a step to a run row that exists); SQLite: one commit.
+        self._store.save_steps(run.id, list(enumerate(run.steps)), run)
         self._launch(run, pool, host)
         return run
 
@@ -275,20 +270,17 @@ class Service(RunReader):
         return await self.wait(run.id, None, on_event, cancel_on_exit=True)
 
     # -- following and cancelling -----------------------------------------------------------------
-    async def follow(
+    def follow(
         self, run_id: str, heartbeat_s: float | None = None, coalesce: bool = False
     ) -> AsyncGenerator[ProgressEvent, None]:
         """The run's progress from now until it stops running, wherever it executes: here (its own events), on
-        a replica sharing PostgreSQL (NOTIFY), or in another process on the same SQLite file (the store)."""
+        a replica sharing PostgreSQL (NOTIFY), or in another process on the same SQLite file (the store). The
+        source's own stream, handed over as it is (not relayed again)."""
         if run_id in self._active:
-            events = self._active.events(run_id, heartbeat_s, coalesce)
-        elif self._bus is not None:
-            events = self._bus.events(run_id, lambda: self.get_run(run_id), heartbeat_s)
-        else:
-            events = super().follow(run_id, heartbeat_s, coalesce)
-        async with contextlib.aclosing(events) as following:
-            async for event in following:
-                yield event
+            return self._active.events(run_id, heartbeat_s, coalesce)
+        if self._bus is not None:
+            return self._bus.events(run_id, lambda: self.get_run(run_id), heartbeat_s)
+        return super().follow(run_id, heartbeat_s, coalesce)
 
     async def wait(
         self,
@@ -302,6 +294,7 @@ class Service(RunReader):
     ) -> Run:
         """As RunReader.wait; if the waiting caller is cancelled, the run is cancelled too (its finished steps are
         kept) only with `cancel_on_exit`, which the caller that started the run passes; others just stop waiting."""
+        executing = self._active.get(run_id)  # an execution here: its record is what it stores, change by change
         try:
             await relay_until(self.follow(run_id, heartbeat_s, coalesce), timeout_s, on_event)
         except asyncio.CancelledError:
@@ -309,7 +302,9 @@ class Service(RunReader):
                 with anyio.CancelScope(shield=True):
                     await self.cancel(run_id)
             raise
-        return self.get_run(run_id)  # as stored: here, or where another replica took it over (runs/reclaim.py)
+        if executing is None or run_id in self._active or self._store.given_up(run_id):
+            return self.get_run(run_id)  # as stored: here, or where another replica took it over (runs/reclaim.py)
+        return executing  # it ended here, and its last write was this record: not read back and built again
 
     async def cancel(self, run_id: str, wait_s: float = CANCEL_GRACE_S) -> Run:
         """Cancel a run wherever it executes, keeping its finished steps; a run that has ended stays as it is.
@@ -333,8 +328,8 @@ class Service(RunReader):
     async def _execute(self, run: Run, pool: Pool, on_event: ProgressCallback, providers: Providers) -> Run:
         log.info("run_started", run_id=run.id, pool=pool.name)
         try:
-            if run.workflow is None:
-                await self._conduct(run, pool, on_event)
+            if run.workflow is None:  # the plan is stored with its pending steps, in the executor's first write
+                await self.conductor.plan_run(run, pool, self.server_budget, on_event)
             async with workspace_steps(self.workspaces, run, pool, providers, self.settings) as steps:
                 timeout = self.settings.step_timeout_s
                 executor = Executor(pool, self._store, providers, on_event, timeout, self.server_budget, steps)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from conductor_mcp.core.pool import CONDUCTOR_ID
@@ -21,6 +22,7 @@ from conductor_mcp.core.records import Attempt, Run, StepRecord
 from conductor_mcp.errors import StoreError
 
 STEP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+M = TypeVar("M", bound=MetricWrapperBase)
 RUN_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
@@ -84,14 +86,23 @@ class Metrics:
             "conductor_conductor_fallbacks", "Workflows replaced by the one-step fallback", ["pool"], registry=r
         )
         r.register(StoreCollector(store, liveness))
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+
+    def _of(self, metric: M, *values: str) -> M:
+        """`metric.labels(*values)`, looked up once per label set: prometheus_client takes a lock and checks the
+        values on every call, and a run asks for a dozen children. The children are the ones the metric keeps."""
+        child = self._children.get((metric, values))
+        if child is None:
+            child = self._children[(metric, values)] = metric.labels(*values)
+        return cast(M, child)  # made by `metric.labels`: the metric's own type
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format, as a scrape gets it."""
         return generate_latest(self.registry)
 
     def run_started(self, run: Run) -> None:
-        self.runs_started.labels(run.pool).inc()
-        self.runs_in_flight.labels(run.pool).inc()
+        self._of(self.runs_started, run.pool).inc()
+        self._of(self.runs_in_flight, run.pool).inc()
 
     def planned(self, run: Run) -> None:
         """The conductor has written the run's workflow: its calls' usage, repairs and whether it fell back."""
@@ -99,38 +110,38 @@ class Metrics:
             self._usage(run.pool, CONDUCTOR_ID, call.prompt_tokens, call.completion_tokens, call.cost_usd)
             self._attempts(call.attempts)
         if run.repairs:
-            self.repairs.labels(run.pool).inc(len(run.repairs))
+            self._of(self.repairs, run.pool).inc(len(run.repairs))
         if run.fallback_reason:
-            self.conductor_fallbacks.labels(run.pool).inc()
+            self._of(self.conductor_fallbacks, run.pool).inc()
 
     def step_ended(self, run: Run, step: StepRecord, seconds: float | None) -> None:
         """A step ended (done, failed, or cancelled with its run): count it, its usage and its calls' faults."""
-        self.steps.labels(step.worker_id, step.status).inc()
+        self._of(self.steps, step.worker_id, step.status).inc()
         if seconds is not None:
-            self.step_seconds.labels(step.worker_id).observe(seconds)
+            self._of(self.step_seconds, step.worker_id).observe(seconds)
         self._usage(run.pool, step.worker_id, step.prompt_tokens, step.completion_tokens, step.cost_usd)
         self._attempts(step.attempts)
         if step.conductor_call is not None and step.conductor_call.repairs:
-            self.repairs.labels(run.pool).inc(len(step.conductor_call.repairs))
+            self._of(self.repairs, run.pool).inc(len(step.conductor_call.repairs))
 
     def run_finished(self, run: Run, seconds: float) -> None:
-        self.runs_in_flight.labels(run.pool).dec()
-        self.runs_finished.labels(run.pool, run.status).inc()
-        self.run_seconds.labels(run.pool, run.status).observe(seconds)
+        self._of(self.runs_in_flight, run.pool).dec()
+        self._of(self.runs_finished, run.pool, run.status).inc()
+        self._of(self.run_seconds, run.pool, run.status).observe(seconds)
 
     def _usage(self, pool: str, worker: str, prompt: int, completion: int, usd: float) -> None:
         if prompt:
-            self.tokens.labels(pool, worker, "input").inc(prompt)
+            self._of(self.tokens, pool, worker, "input").inc(prompt)
         if completion:
-            self.tokens.labels(pool, worker, "output").inc(completion)
+            self._of(self.tokens, pool, worker, "output").inc(completion)
         if usd:
-            self.cost.labels(pool, worker).inc(usd)
+            self._of(self.cost, pool, worker).inc(usd)
 
     def _attempts(self, attempts: list[Attempt]) -> None:
         """A failed attempt followed by one of the same model was retried; followed by another model, fell back."""
         for failed, after in itertools.pairwise(attempts):
             if not failed.ok:
-                (self.retries if after.model == failed.model else self.fallbacks).labels(failed.model).inc()
+                self._of(self.retries if after.model == failed.model else self.fallbacks, failed.model).inc()
 
 
 class StoreCollector(Collector):

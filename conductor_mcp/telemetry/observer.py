@@ -1,8 +1,8 @@
 """One place where a service's metrics and traces learn what its runs do: an observer of each run's events.
 
-`Telemetry.watch(run, relay)` wraps the callback a run's execution reports its progress to. Each event is looked
-at (with the run and step records it concerns) before it goes on to the run's followers, so a client that hears
-a run finish can read it in the metrics at once. What the observer does per event is a few counter updates (and,
+`Telemetry.watch(run)` is what the relay of a run's execution (runs/active.py) shows each event to. Each event is
+looked at (with the run and step records it concerns) before it goes on to the run's followers, so a client that
+hears a run finish can read it in the metrics at once. What the observer does per event is a few counter updates (and,
 with traces on, a span started or ended); a failure in it is logged, never raised into the run.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conductor_mcp.config import Settings
-from conductor_mcp.core.events import ProgressCallback, ProgressEvent
+from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.records import Run
 from conductor_mcp.runtime.logs import get_logger
 from conductor_mcp.telemetry.metrics import Metrics, Replicas, StoreHealth
@@ -42,18 +42,17 @@ class Telemetry:
 
             self.tracing = open_tracing(settings, store.step_messages)
 
-    def watch(self, run: Run, relay: ProgressCallback) -> ProgressCallback:
-        """`relay`, with every event of this execution of `run` observed first."""
+    def watch(self, run: Run) -> Callable[[ProgressEvent], None]:
+        """What looks at every event of this execution of `run`, before its followers hear of it."""
         watch = RunWatch(self, run)
 
-        async def observed(event: ProgressEvent) -> None:
+        def observe(event: ProgressEvent) -> None:
             try:
                 watch.saw(event)
             except Exception as exc:  # telemetry must never cost a run its progress or its result
                 log.warning("telemetry_failed", run_id=run.id, kind=event.kind, error=f"{type(exc).__name__}: {exc}")
-            await relay(event)
 
-        return observed
+        return observe
 
     def close(self) -> None:
         """Send the spans still buffered and stop the exporter (blocking: call it off the event loop)."""

@@ -160,11 +160,11 @@ class Door:
                 cancel_on_exit=cancel_on_exit,
                 coalesce=True,
             )
-        patch = patch_summary(run)
+        patch = None  # run_result reads it from the run: worked out once
         if apply:
             with conductor_errors():
                 roots = await caller_roots(ctx, self.service)
-            patch = await apply_final_patch(run, patch, roots)
+            patch = await apply_final_patch(run, patch_summary(run), roots)
         return run_result(run, detail, self.links.run(run.id), patch)
 
 
@@ -188,9 +188,32 @@ class WarmAfterHandshake:
         return result
 
 
+HEADER_ANNOTATION = "x-mcp-header"  # the schema keyword that asks for an `Mcp-Param-*` header
+
+
+class ConductorServer(MCPServer):
+    """MCPServer, except that the HTTP transport's check of `Mcp-Param-*` headers is skipped for a tool whose input
+    schema asks for none: the SDK walks the called tool's schema (orchestrate's is large) twice on every tools/call
+    to find `x-mcp-header` annotations, and without one there is nothing to compare, so the answer is the same.
+    Whether a schema has one is looked up once per tool (again if the tool is replaced)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._annotated: dict[str, tuple[dict[str, Any], bool]] = {}  # tool -> (its schema, whether it asks)
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        schema = super()._tool_input_schema(name)
+        if schema is None:
+            return None
+        known = self._annotated.get(name)
+        if known is None or known[0] is not schema:
+            known = self._annotated[name] = (schema, HEADER_ANNOTATION in json.dumps(schema))  # never too few
+        return schema if known[1] else None
+
+
 def build_server(service: Front, links: Links | None = None) -> MCPServer:
     links = links or Links()
-    server = MCPServer(
+    server = ConductorServer(
         "conductor-mcp",
         version=__version__,
         instructions=INSTRUCTIONS,
