@@ -71,6 +71,7 @@ class Executor:
         # Tallies kept as steps change, so no step counts over the whole run (a long chain was quadratic):
         self._calls: set[str] = set()  # keys of the steps whose calls count toward the run's call cap
         self._done = 0  # steps done, inherited ones included (what progress events report)
+        self._in_flight: dict[str, tuple[int, float]] = {}  # started step key -> its call's estimate, until it is paid
 
     async def execute(self, run: Run) -> None:
         """Run the workflow to the end, a limit, a failed step, or cancellation (re-raised); sets the run's outcome.
@@ -120,7 +121,7 @@ class Executor:
         (record,) = self._prepare(run, Workflow(steps=[step]), 0, None, first_index=len(run.workflow.steps) - 1)
         record.recovery = True
         messages = worker_messages(run.task, run.context, run.workflow, record.index, finished)
-        stop = self._over_budget(run, CONDUCTOR_ID, messages)
+        stop = self._admit(run, record, messages)
         if stop:
             self._skip(run, [record], stop)
             return stop
@@ -228,7 +229,7 @@ class Executor:
             i = schedule.ready[0]
             shown = {j: seen_output(outputs[j], records[j].work) for j in workflow.steps[i].access}
             messages = self._messages(run, workflow, records[i], shown)
-            stop = self._over_budget(run, workflow.steps[i].worker, messages)
+            stop = self._admit(run, records[i], messages)
             if stop:
                 return started, stop
             schedule.start(i)
@@ -252,22 +253,33 @@ class Executor:
             raise StoreError(f"run {run.id}: the conversation of the step before tool turn {record.key} is not stored")
         return client_tools.turn_messages(earlier, previous, record)
 
-    def _over_budget(self, run: Run, visible_id: str, messages: list[dict[str, Any]]) -> Stop | None:
-        """Refuse a call that would pass the run's call cap, token cap or USD cap (prompt size estimated).
+    def _admit(self, run: Run, record: StepRecord, messages: list[dict[str, Any]]) -> Stop | None:
+        """Claim the call of a step about to start, or the stop the run's call cap, token cap or USD cap (prompt size
+        estimated) puts in its way. A claim holds from here, not from when the step's task first runs, and a call
+        not yet paid counts at its estimate: the steps of a fan-out are started in one pass, and each must see the
+        ones started before it, or together they pass a cap that each alone would not.
         Tool turns do not count toward the call cap: it bounds the team's workflow, and the client drives them."""
         started = len(self._calls)
         if started >= run.max_calls:
             return Stop(kind="call_cap", detail=f"call budget reached: {started} of {run.max_calls} calls used")
-        if not run.budget.capped() and not self.server_budget.capped():
-            return None  # nothing to add up: the run's spending is summed over all its steps
-        estimate = estimated_tokens(messages)
-        next_cost = 0.0
-        if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup can be slow
-            price = price_per_token(self.pool.spec_of(visible_id))
-            next_cost = estimate * price[0] if price else 0.0
-        return run.budget.exceeded_by(run.spent(), (estimate, next_cost)) or self.server_budget.next_call_exceeds(
-            estimate, next_cost
-        )
+        estimate, next_cost = 0, 0.0
+        if run.budget.capped() or self.server_budget.capped():  # else nothing to add up
+            estimate = estimated_tokens(messages)
+            if run.budget.max_usd is not None or self.server_budget.max_usd is not None:  # a price lookup is slow
+                price = price_per_token(self.pool.spec_of(record.visible_id))
+                next_cost = estimate * price[0] if price else 0.0
+            unpaid_tokens = sum(tokens for tokens, _ in self._in_flight.values())
+            unpaid_usd = sum(usd for _, usd in self._in_flight.values())
+            spent_tokens, spent_usd = run.spent()
+            stop = run.budget.exceeded_by(
+                (spent_tokens + unpaid_tokens, spent_usd + unpaid_usd), (estimate, next_cost)
+            ) or self.server_budget.next_call_exceeds(estimate + unpaid_tokens, next_cost + unpaid_usd)
+            if stop:
+                return stop
+        if _counts_as_call(record):
+            self._calls.add(record.key)
+        self._in_flight[record.key] = (estimate, next_cost)
+        return None
 
     def _skip(self, run: Run, records: list[StepRecord], why: Stop) -> None:
         for record in records:
@@ -285,8 +297,6 @@ class Executor:
         outputs: dict[int, str],
     ) -> StepRecord:
         record.status, record.started_at = "running", now()
-        if _counts_as_call(record):
-            self._calls.add(record.key)
         record.messages_digest = messages_digest(messages)
         seen = workflow.steps[record.index].access
         record.truncated_inputs = [j for j in seen if len(outputs.get(j, "")) > MAX_SEEN_OUTPUT_CHARS]
@@ -317,6 +327,7 @@ class Executor:
             raise StepCrashed(record.key, exc) from exc
         record.ended_at = now()
         self.server_budget.add(record)
+        self._in_flight.pop(record.key, None)  # paid: its usage is in run.spent() now
         self._done += record.status == "done"
         self._save(run, record)
         log.debug("step_finished", run_id=run.id, step=record.key, status=record.status)
@@ -372,6 +383,7 @@ class Executor:
             record.workflow = plan.workflow
             record.messages_digest = messages_digest(plan.messages)
             self._save(run, record, plan.messages)  # the conductor's own prompt, not a worker's
+        self._in_flight.pop(record.key, None)  # paid: its nested steps see its usage, not its estimate
         if not record.workflow.steps:
             record.status, record.output = "done", standing
             record.finish_reason = "stop: the current answer stands"
