@@ -12,6 +12,15 @@ from typing import Any
 from conductor_mcp.core.pool import Pool
 
 
+def name_base_model_portably(adapter: Path, base_model: str) -> None:
+    """PEFT writes the base model's path into the adapter's config as this machine spells it; a committed adapter
+    names it as the card does, the home folder as ~ (committed results name no machine paths)."""
+    config_path = adapter / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = _portable(base_model)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def plot_curve(curve: list[float], path: Path, sft_losses: list[float] | None = None) -> None:
     """The learning curve: GRPO's mean reward per step, beside the warm start's SFT loss when there was one."""
     import matplotlib

@@ -466,6 +466,7 @@ def _warm_start(
         pairs = warm_start.pairs(args, sft_prompts, sft_pools, tokenizer.eos_token)
         policy, losses = warm_start.warm_start(args, tokenizer, pairs, use_cpu)
         policy.save_pretrained(str(adapter))
+        card.name_base_model_portably(adapter, args.base_model)
         return losses
 
     _phase(progress, session, "sft", sft)
@@ -501,6 +502,7 @@ def _grpo(
     if "ref" in getattr(trainer.model, "peft_config", {}):  # TRL's frozen copy of the warm start, for --beta's KL
         trainer.model.delete_adapter("ref")  # not part of the conductor: saved, it was a second adapter beside it
     trainer.save_model(str(args.out / "adapter"))
+    card.name_base_model_portably(args.out / "adapter", args.base_model)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     result = {"losses": losses, "curve": reward.curve, "rollouts": reward.rollouts}
     progress.record("grpo", {"result": result, "wall_s": wall_s})

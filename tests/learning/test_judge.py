@@ -148,3 +148,13 @@ def test_a_malformed_policy_row_is_a_malformed_signature() -> None:
     pool = load_pool("sim-composed", [builtin_pool_dir()]).sample(4, seed=3, permute=True)
     assert decisions.completion_workflow("hello", pool, {}) == "hello"
     assert judge.row("x", {"id": "t"}, pool, judge.Outcome(0.0, False), None)["signature"] == "malformed"
+
+
+def test_a_saved_adapter_names_its_base_model_without_the_home_folder(tmp_path: Path) -> None:
+    """PEFT writes the resolved path (/root/... or /home/NAME/...) into adapter_config.json, which gets committed."""
+    (tmp_path / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": str(Path.home() / ".cache/models/gemma"), "r": 16})
+    )
+    card.name_base_model_portably(tmp_path, str(Path.home() / ".cache/models/gemma"))
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert config == {"base_model_name_or_path": "~/.cache/models/gemma", "r": 16}
