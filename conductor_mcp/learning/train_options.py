@@ -114,10 +114,10 @@ def _warm_start_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--warm-start",
-        choices=["scripted", "format"],
+        choices=["scripted", "format", "specialist"],
         default="scripted",
-        help="what --sft-steps imitates: the scripted conductor, or random well-formed decisions "
-        "(format only: random workers and shapes)",
+        help="what --sft-steps imitates: the scripted conductor, random well-formed decisions "
+        "(format only: random workers and shapes), or those with the task's specialist as the first solver",
     )
     parser.add_argument("--sft-lr", type=float, default=2e-4)
     parser.add_argument("--sft-batch", type=int, default=8)

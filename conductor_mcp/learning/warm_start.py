@@ -19,7 +19,7 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.simulation import SimConductorProfile
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import decisions
+from conductor_mcp.learning import decisions, subpools
 from conductor_mcp.models import sim
 
 
@@ -57,6 +57,8 @@ def pairs(args: argparse.Namespace, rows: list[dict[str, Any]], pools: dict[str,
     """The warm start's prompt-completion pairs: random decisions (--warm-start format) or the scripted ones."""
     if args.warm_start == "format":
         return format_rows(rows, pools, eos, args.seed)
+    if args.warm_start == "specialist":
+        return specialist_rows(rows, pools, eos, args.seed)
     return sft_rows(rows, pools, args.max_steps_per_workflow, eos, args.sft_first_step_too)
 
 
@@ -69,6 +71,24 @@ def format_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str, se
         {"prompt": row["prompt"], "completion": f" {decisions.random_decisions(pools[row['pool_name']], rng)}{eos}"}
         for row in rows
     ]
+
+
+def specialist_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str, seed: int) -> list[dict[str, str]]:
+    """Prompt-completion pairs whose first solver is the task's specialist where the sub-pool holds one (a random
+    worker where it does not), the rest drawn as the format warm start draws them. A policy that copies these
+    must read the workers' descriptions (the ids are permuted); shapes and flags are still random, left to GRPO.
+    It asks whether the model can read the pool at all when it is shown what to pick."""
+    rng = random.Random(f"specialist warm start:{seed}")
+    pairs = []
+    for row in rows:
+        pool = pools[row["pool_name"]]
+        visible = dict(zip((w.id for w in pool.workers), pool.visible_ids(), strict=True))
+        specialist = subpools.specialist_of(pool, str(json.loads(row["task"])["domain"]))
+        first = visible[specialist] if specialist else rng.choice(pool.visible_ids())
+        rest = decisions.random_decisions(pool, rng).split()[1:]
+        completion = " ".join([f"{first}{rng.choice(['', '+'])}", *rest])
+        pairs.append({"prompt": row["prompt"], "completion": f" {completion}{eos}"})
+    return pairs
 
 
 def first_step_alone(completion: str) -> str:

@@ -8,8 +8,8 @@ import pytest
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import warm_start
-from conductor_mcp.learning.sim_tasks import structured_task_set
+from conductor_mcp.learning import decisions, subpools, warm_start
+from conductor_mcp.learning.sim_tasks import composed_task_set, structured_task_set
 from conductor_mcp.service.catalogue import load_pool
 
 
@@ -42,3 +42,26 @@ def test_first_step_too_pairs_each_multi_step_workflow_with_its_first_step(first
             assert workflows[1:] == [{**full, "steps": full["steps"][:1]}]
         else:
             assert len(workflows) == 1
+
+
+def test_the_specialist_warm_start_names_the_tasks_specialist_first_under_permuted_ids() -> None:
+    pool = load_pool("sim-composed-v2", [builtin_pool_dir()])
+    tasks = composed_task_set(48, seed=3)
+    subs = [pool.sample(4, seed=f"t{i}", permute=True) for i in range(len(tasks))]
+    rows = [{"prompt": f"prompt {i}", "task": json.dumps(t), "pool_name": f"sub {i}"} for i, t in enumerate(tasks)]
+    pairs = warm_start.specialist_rows(rows, {f"sub {i}": sub for i, sub in enumerate(subs)}, "<eos>", seed=1)
+    firsts, present = set(), 0
+    for pair, sub, task in zip(pairs, subs, tasks, strict=True):
+        assert pair["completion"].startswith(" ") and pair["completion"].endswith("<eos>")
+        written = decisions.parse(pair["completion"].removesuffix("<eos>"), sub.visible_ids())
+        assert written is not None, pair
+        specialist = subpools.specialist_of(sub, task["domain"])
+        if specialist is not None:
+            present += 1
+            assert sub.resolve(written[0][0]).id == specialist
+            firsts.add(written[0][0])
+    assert present >= 10 and len(firsts) >= 3  # the specialist's id differs from task to task: it must be read
+    assert {
+        len(decisions.parse(p["completion"].removesuffix("<eos>"), s.visible_ids()) or [])
+        for p, s in zip(pairs, subs, strict=True)
+    } == {1, 2, 3}  # shapes left to GRPO
