@@ -147,8 +147,11 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     unknown = sorted(set(args.sim_domains) - set(known))
     if unknown:
         parser.error(f"--sim-domains: unknown {unknown}; the {args.sim_set} set's domains are {list(known)}")
-    if (args.warm_start == "format") != (args.completion == "decisions") and args.sft_steps:
-        parser.error("--completion decisions warms up with --warm-start format (random decisions), and only it")
+    decision_targets = args.warm_start in ("format", "specialist")  # what they teach is written as decisions
+    if decision_targets != (args.completion == "decisions") and args.sft_steps:
+        parser.error(
+            "--completion decisions warms up with --warm-start format or specialist (decisions), and only they do"
+        )
     if args.permute_ids and not args.subpool_k:
         parser.error("--permute-ids permutes the sub-pools of --subpool-k: give it too")
     if args.grad_accum < 1 or (args.questions * args.group_size) % args.grad_accum:

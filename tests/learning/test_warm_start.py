@@ -8,7 +8,7 @@ import pytest
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import decisions, subpools, warm_start
+from conductor_mcp.learning import decisions, subpools, train_options, warm_start
 from conductor_mcp.learning.sim_tasks import composed_task_set, structured_task_set
 from conductor_mcp.service.catalogue import load_pool
 
@@ -65,3 +65,14 @@ def test_the_specialist_warm_start_names_the_tasks_specialist_first_under_permut
         len(decisions.parse(p["completion"].removesuffix("<eos>"), s.visible_ids()) or [])
         for p, s in zip(pairs, subs, strict=True)
     } == {1, 2, 3}  # shapes left to GRPO
+
+
+def test_decision_warm_starts_go_with_the_decisions_completion_only(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--base-model", "m", "--sim-tasks", "8", "--sft-steps", "2", "--out", "out"]
+    for warm in ("format", "specialist"):
+        assert train_options.parse_args([*base, "--completion", "decisions", "--warm-start", warm]).warm_start == warm
+        with pytest.raises(SystemExit):
+            train_options.parse_args([*base, "--warm-start", warm])
+        assert "warms up with --warm-start format or specialist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_options.parse_args([*base, "--completion", "decisions", "--warm-start", "scripted"])
