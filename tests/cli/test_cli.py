@@ -72,8 +72,9 @@ def test_no_command_leaves_a_lease_behind(tmp_path: Path) -> None:
     try:
         assert view.stdout is not None and "run viewer (read only) at http://127.0.0.1:" in view.stdout.readline()
     finally:
-        view.send_signal(signal.SIGINT)
-        view.wait(timeout=30)
+        view.send_signal(signal.SIGINT)  # at once: the URL is printed only once a Ctrl-C stops the viewer cleanly
+        returncode = view.wait(timeout=30)
+    assert returncode == 0, view.stderr.read() if view.stderr else ""
     assert (tmp_path / "runs.sqlite3").exists() and (tmp_path / "leases").is_dir()
     assert list((tmp_path / "leases").iterdir()) == []
 

@@ -226,12 +226,13 @@ def viewer_app(service: ReadFront, host: str, token: str, viewer: ViewerAuth) ->
     return BearerTokenMiddleware(Starlette(routes=routes, middleware=[Middleware(BodyLimit)]), viewer)
 
 
-def uvicorn_server(config: Any) -> Any:
+def uvicorn_server(config: Any, on_started: Callable[[], None] | None = None) -> Any:
     """uvicorn's server, except that the SIGTERM or SIGINT that stops it is not raised again when it has stopped.
 
     uvicorn raises it again there, so a SIGTERM ended the process before the caller's `Service.open` block could
     close the service: runs executing were not recorded as interrupted, and the spans of runs that had just ended
-    were never exported. Here the server returns, the service closes, and the process exits normally."""
+    were never exported. Here the server returns, the service closes, and the process exits normally.
+    `on_started` runs once it listens with its signal handlers in place: a Ctrl-C from then on stops it cleanly."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -240,6 +241,11 @@ def uvicorn_server(config: Any) -> Any:
             with super().capture_signals():
                 yield
                 self._captured_signals.clear()  # what uvicorn would raise again on the way out
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_started is not None:
+                on_started()
 
     return Server(config)
 
@@ -301,12 +307,13 @@ async def serve_viewer(
     service: ReadFront, host: str, port: int, token: str, viewer: ViewerAuth, announce: Callable[[int], None]
 ) -> None:
     """`conductor-mcp view`: the viewer alone on loopback until stopped. `announce` hears the port (0 picks a
-    free one) once the socket listens, so the first click on the URL it prints is served."""
+    free one) once the server serves it, so the first click on the URL it prints is served, and a Ctrl-C after it
+    stops the viewer cleanly (announced before uvicorn held the signals, a Ctrl-C under load cancelled its start-up
+    from outside: exit 130 and tracebacks)."""
     import uvicorn
 
     register_secret(token)
     sock = socket.create_server((host, port))
-    announce(sock.getsockname()[1])
     config = uvicorn.Config(
         viewer_app(service, host, token, viewer),
         log_level="warning",
@@ -314,4 +321,5 @@ async def serve_viewer(
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         **connection_limits(service),
     )
-    await uvicorn_server(config).serve(sockets=[sock])
+    port = sock.getsockname()[1]
+    await uvicorn_server(config, on_started=lambda: announce(port)).serve(sockets=[sock])
