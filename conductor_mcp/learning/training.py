@@ -437,11 +437,15 @@ def _phase(progress: resume.Progress, session: resume.Session, name: str, work: 
 
 
 def _trained_adapter(base_model: str, adapter: Path) -> Any:
-    """The base model with an adapter a finished phase saved, trainable as it was when it was saved."""
-    from peft import PeftModel
+    """The base model with an adapter a finished phase saved, trainable as it was when it was saved. Its config
+    names the base model portably (`~/...`, card.name_base_model_portably); the loaded one names it as given."""
+    from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM
 
-    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model), str(adapter), is_trainable=True)
+    config = PeftConfig.from_pretrained(str(adapter))
+    config.base_model_name_or_path = base_model
+    model = AutoModelForCausalLM.from_pretrained(base_model)
+    return PeftModel.from_pretrained(model, str(adapter), is_trainable=True, config=config)
 
 
 def _warm_start(
