@@ -112,9 +112,14 @@ def write_card(
     if rollouts:
         plot_rollouts(rollouts, args.out / "rollouts.png")
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
-    targets = "workflows and their first steps alone" if args.sft_first_step_too else "workflows"
+    targets = {
+        "scripted": "the sim conductor's "
+        + ("workflows and their first steps alone" if args.sft_first_step_too else "workflows"),
+        "format": "random well-formed decisions (the format only)",
+        "specialist": "random decisions with the task's specialist as the first solver",
+    }[args.warm_start]
     warm = (
-        f"a supervised warm start of {args.sft_steps} steps on the sim conductor's {targets} (SFT loss "
+        f"a supervised warm start of {args.sft_steps} steps on {targets} (SFT loss "
         f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then "
         if sft_losses
         else ""

@@ -302,6 +302,7 @@ def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
     )
     card = train_conductor.train(args)
     assert len(card["losses"]) == 1 and len(card["rollouts"]) == 1 and card["rollouts"][0]["groups"] == 1
+    assert "warm start of 2 steps on random well-formed decisions" in (tmp_path / "README.md").read_text()
     trained_orders = {
         subpools.worker_order(p)
         for p in subpools.training_pools(args, load_pool("sim-composed", [builtin_pool_dir()]), 4)
