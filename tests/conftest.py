@@ -32,9 +32,10 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.events import ProgressCallback
+from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.request import RunRequest
-from conductor_mcp.core.workflow import Workflow
+from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.models.local import free_port
 from conductor_mcp.service.service import Service
 
@@ -88,6 +89,20 @@ def sim_pool_doc(**overrides: Any) -> dict[str, Any]:
     }
     doc.update(overrides)
     return doc
+
+
+def planned_run(pool: Pool, steps: list[Step], run_id: str, **fields: Any) -> Run:
+    """A run on `pool` whose plan is `steps` (no conductor call): what an executor runs straight from the store."""
+    return Run(
+        id=run_id,
+        task="t",
+        pool=pool.name,
+        pool_digest=pool.digest(),
+        conductor_model="none",
+        max_steps=len(steps),
+        workflow=Workflow(steps=steps),
+        **fields,
+    )
 
 
 def slow_pool_doc(name: str, first_token_s: float) -> dict[str, Any]:

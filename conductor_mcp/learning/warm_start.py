@@ -82,9 +82,8 @@ def specialist_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str
     pairs = []
     for row in rows:
         pool = pools[row["pool_name"]]
-        visible = dict(zip((w.id for w in pool.workers), pool.visible_ids(), strict=True))
         specialist = subpools.specialist_of(pool, str(json.loads(row["task"])["domain"]))
-        first = visible[specialist] if specialist else rng.choice(pool.visible_ids())
+        first = pool.visible_id_of(specialist) if specialist else rng.choice(pool.visible_ids())
         rest = decisions.random_decisions(pool, rng).split()[1:]
         completion = " ".join([f"{first}{rng.choice(['', '+'])}", *rest])
         pairs.append({"prompt": row["prompt"], "completion": f" {completion}{eos}"})

@@ -20,7 +20,7 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import parse_pool
 from conductor_mcp.core.records import Run
 from conductor_mcp.core.usage import Budget
-from conductor_mcp.core.workflow import Step, Workflow, parse_workflow, validate_workflow
+from conductor_mcp.core.workflow import Step, parse_workflow, validate_workflow
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.engine import conductor
 from conductor_mcp.engine.cost import estimated_tokens
@@ -33,7 +33,16 @@ from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service.catalogue import load_pool
 from conductor_mcp.service.reader import RunReader
 from conductor_mcp.service.service import Service
-from tests.conftest import in_service, orchestrate, owned_task, plan, scripted_pool, sim_pool_doc, write_pool
+from tests.conftest import (
+    in_service,
+    orchestrate,
+    owned_task,
+    plan,
+    planned_run,
+    scripted_pool,
+    sim_pool_doc,
+    write_pool,
+)
 
 # ------------------------------------------------------------------------------------------- conductor
 
@@ -474,16 +483,7 @@ async def _fan_out(tmp_path: Path, branches: int, **limits: Any) -> Run:
     store = SqliteStore(tmp_path / "runs.sqlite3")
     pool = parse_pool(sim_pool_doc(), source="test", default_name="testpool")
     steps = [Step(worker="model_0", instruction=f"part {i}: " + "detail " * 600, access=[]) for i in range(branches)]
-    run = Run(
-        id="fan",
-        task="t",
-        pool=pool.name,
-        pool_digest=pool.digest(),
-        conductor_model="none",
-        max_steps=branches,
-        workflow=Workflow(steps=steps),
-        **limits,
-    )
+    run = planned_run(pool, steps, "fan", **limits)
     store.save_run(run)
     providers = Providers(Settings.from_env(state_dir=tmp_path, sim_time_scale=0))
     try:

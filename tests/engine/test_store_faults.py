@@ -16,14 +16,13 @@ import pytest
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core.pool import parse_pool
-from conductor_mcp.core.records import Run
-from conductor_mcp.core.workflow import Step, Workflow
+from conductor_mcp.core.workflow import Step
 from conductor_mcp.engine.executor import Executor
 from conductor_mcp.errors import RequestError, StoreError
 from conductor_mcp.models.providers import Providers
 from conductor_mcp.runs.sqlite import SqliteStore
 from conductor_mcp.service.service import Service
-from tests.conftest import ask, scripted_pool, sim_pool_doc
+from tests.conftest import ask, planned_run, scripted_pool, sim_pool_doc
 
 CHAIN = [("model_0", "Draft.", []), ("model_1", "Improve.", [0]), ("model_2", "Finish.", [1])]
 SLOW = {"workers": {name: {"first_token_s": 0.3, "output_tokens": 5} for name in ("alpha", "beta", "gamma")}}
@@ -214,16 +213,7 @@ async def test_a_plan_that_cannot_be_stored_whole_stores_none_of_its_steps(tmp_p
     store = SqliteStore(tmp_path / "runs.sqlite3")
     pool = parse_pool(sim_pool_doc(), source="test", default_name="testpool")
     steps = [Step(worker="model_0", instruction=f"{i} " + "x" * 20_000, access=[]) for i in range(3)]
-    run = Run(
-        id="r1",
-        task="t",
-        pool=pool.name,
-        pool_digest=pool.digest(),
-        conductor_model="none",
-        max_steps=3,
-        max_calls=3,
-        workflow=Workflow(steps=steps),
-    )
+    run = planned_run(pool, steps, "r1", max_calls=3)
     store.save_run(run)
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages + 8}")  # room for one step's 20 kB record, not for three
