@@ -861,6 +861,7 @@ def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
     )
 
 
+ENTRY = r"conductor_mcp/(cli/|__main__\.py|runtime/)"  # under every sample: the entry point and the loop's runner
 WRAPPERS = r"(BearerTokenMiddleware\.__call__|TasksExtension\.intercept_tool_call) "  # ours, around the SDK's work
 
 
@@ -872,7 +873,7 @@ def blame(stack: list[str]) -> str:
         return "[litellm: inside its calls and its logging threads]"
     if "RequestResponseCycle.send" in stack[-1]:
         return "[socket writes of HTTP responses and SSE events]"
-    ours = [f for f in stack if "conductor_mcp/" in f and not re.search(r"conductor_mcp/(cli|__main__|runtime)\.py", f)]
+    ours = [f for f in stack if "conductor_mcp/" in f and not re.search(ENTRY, f)]
     if not ours or re.match(WRAPPERS, ours[-1]):
         return "[MCP SDK, HTTP server, event loop]"
     return re.sub(r":\d+\)$", ")", ours[-1])

@@ -3,6 +3,7 @@ models served by the stub OpenAI-compatible server, and prints every target."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -38,6 +39,28 @@ def test_quick_mode_measures_the_server_and_prints_each_target() -> None:
         assert len(repeats) == 2, out  # one row per repeat: server CPU ms per run, read from /proc
         assert all(1 < float(ms) < 1000 for ms in repeats), out
     assert done.returncode == (0 if out.count("FAIL") == 0 else 1), out
+
+
+def test_the_profile_charges_the_event_loop_runner_to_the_sdk_not_to_conductor_mcp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The entry point, the CLI and the event loop runner (runtime/) sit under every sample: a sample whose
+    innermost conductor_mcp frame is one of them is the SDK's, the HTTP server's or the loop's, not ours."""
+    spec = importlib.util.spec_from_file_location("bench_load", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench_load = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_load", bench_load)  # its dataclasses look their module up there
+    spec.loader.exec_module(bench_load)
+    entry = [
+        "<module> (conductor_mcp/__main__.py:3)",
+        "main (conductor_mcp/cli/commands.py:307)",
+        "run_async (conductor_mcp/runtime/loop.py:30)",
+        "run (uvloop/__init__.py:92)",
+    ]
+    sdk = [*entry, "handle_modern_request (mcp/server/_streamable_http_modern.py:375)"]
+    assert bench_load.blame(sdk) == "[MCP SDK, HTTP server, event loop]"
+    step = [*entry, "Executor._run_step (conductor_mcp/engine/executor.py:313)", "dumps (json/__init__.py:183)"]
+    assert bench_load.blame(step) == "Executor._run_step (conductor_mcp/engine/executor.py)"
 
 
 def test_replica_mode_refuses_a_url_that_is_not_postgresql() -> None:
