@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,6 +26,10 @@ from conductor_mcp.learning.sandbox import Limits, memfd, read_all, run_python, 
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 HARNESS = Path(harness.__file__).read_text(encoding="utf-8")
+# CPython 3.11 keeps the AST constructor's recursion depth in state its threads share (python/cpython#106905): two
+# parses at once, as verify() in asyncio.to_thread for concurrent runs makes them, can fail with "SystemError: AST
+# constructor recursion depth mismatch". Test code is short; parsing it one thread at a time costs nothing.
+_PARSING = threading.Lock()
 
 
 def extract_code(text: str) -> str:
@@ -73,7 +78,8 @@ def test_spec(tests: str | dict[str, Any]) -> dict[str, str]:
 
 def _parsed(source: str, part: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        with _PARSING:
+            return ast.parse(source)
     except SyntaxError as exc:
         name = "tests" if part == "test" else part
         raise ValueError(f"{name} line {exc.lineno}: not valid Python: {exc.msg}") from None

@@ -15,13 +15,15 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conductor_mcp.learning import datasets
+from conductor_mcp.learning import code_checks, datasets
 from conductor_mcp.learning.code_checks import check_code
 from conductor_mcp.learning.verifiers import check_choice, check_numeric, choice_letter, parse_number, verify
 from tests.conftest import processes_with
@@ -513,3 +515,31 @@ def test_converters(tmp_path: Path) -> None:
         datasets.convert("gpqa", mmlu)
     with pytest.raises(datasets.DatasetError, match="unknown format"):
         datasets.convert("hellaswag", mmlu)
+
+
+def test_test_code_is_parsed_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Evaluations and rewards verify concurrent runs' answers in threads; CPython 3.11's parser fails
+    ("AST constructor recursion depth mismatch") when two threads build ASTs at once, so no two of ours overlap."""
+    inside, most, lock = 0, 0, threading.Lock()
+    parse = code_checks.ast.parse
+
+    def watched(source: str) -> Any:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.01)  # long enough for the other threads to arrive, were they let in
+        try:
+            return parse(source)
+        finally:
+            with lock:
+                inside -= 1
+
+    # the module's view of `ast` only: pytest's own use of ast.parse stays as it is
+    monkeypatch.setattr(code_checks, "ast", types.SimpleNamespace(**{**vars(code_checks.ast), "parse": watched}))
+    threads = [threading.Thread(target=code_checks.test_spec, args=("assert 1 + 1 == 2",)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == 1
