@@ -836,6 +836,27 @@ def database_phase(args: argparse.Namespace, pools: Path, state: Path) -> bool:
     return not any(row[2].errors for row in rows)
 
 
+def own_cpu_for_profile() -> int | None:
+    """The CPU that --profile gives the server to itself, with this bench and every process it starts (load
+    generator, stub model server, bare SDK server, py-spy) moved off it, or None on a one-core machine.
+
+    py-spy samples wall clock: a server thread preempted inside a socket send, while the client it woke runs on
+    the same core, is sampled as if it were sending (20% of the samples on 2 cores, where `/proc` said the sends
+    were under 10% of the CPU). Alone on its core the server runs whenever it is runnable, so its samples are CPU.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None
+    os.sched_setaffinity(0, allowed[:-1])
+    return allowed[-1]
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of `pid` on `cpu` (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {cpu})
+
+
 def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
     """py-spy sampling the server (collapsed stacks in `path`) until it gets SIGINT."""
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -862,19 +883,25 @@ def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
 
 
 ENTRY = r"conductor_mcp/(cli/|__main__\.py|runtime/)"  # under every sample: the entry point and the loop's runner
-WRAPPERS = r"(BearerTokenMiddleware\.__call__|TasksExtension\.intercept_tool_call) "  # ours, around the SDK's work
+WRAPPERS = (  # ours, around the SDK's and the HTTP server's work: what runs beneath them is theirs
+    r"(BearerTokenMiddleware\.__call__|TasksExtension\.intercept_tool_call|WarmAfterHandshake\.__call__|ui_gate"
+    r"|_LimitedRequest\.run(\.<locals>\.(guarded_send|limited_receive))?) "
+)
 
 
 def blame(stack: list[str]) -> str:
     """Who a sample of the server is charged to: litellm (any frame of it), the socket write of an HTTP response,
-    else the innermost conductor_mcp frame (the package's own code and what it calls), else the MCP SDK, the HTTP
-    server and the event loop."""
+    else the innermost conductor_mcp frame (the package's own code and what it calls; a middleware of ours only for
+    its own lines, not the SDK's work it passes the request to), else aiohttp (reading a model's answer in the
+    callbacks the loop makes), else the MCP SDK, the HTTP server and the event loop."""
     if any("(litellm/" in frame for frame in stack):  # the package's frames, not our litellm_backend
         return "[litellm: inside its calls and its logging threads]"
     if "RequestResponseCycle.send" in stack[-1]:
         return "[socket writes of HTTP responses and SSE events]"
     ours = [f for f in stack if "conductor_mcp/" in f and not re.search(ENTRY, f)]
-    if not ours or re.match(WRAPPERS, ours[-1]):
+    if not ours and any("(aiohttp/" in frame for frame in stack):  # its protocol, called back by the loop
+        return "[aiohttp: model calls' responses, read outside our frames]"
+    if not ours or (re.match(WRAPPERS, ours[-1]) and ours[-1] != stack[-1]):
         return "[MCP SDK, HTTP server, event loop]"
     return re.sub(r":\d+\)$", ")", ours[-1])
 
@@ -968,14 +995,17 @@ async def main(args: argparse.Namespace) -> int:
                 return 0 if database_phase(args, pools, Path(tmp)) else 1
         if args.database_url:
             return 0 if replica_phase(args, pools, Path(tmp)) else 1
+        server_cpu = own_cpu_for_profile() if args.profile else None  # before the stub server starts
         with stub_server(pools, hold_scale, ROUTES["http"] in args.routes):
-            return await measure(args, pools, Path(tmp) / "state")
+            return await measure(args, pools, Path(tmp) / "state", server_cpu)
     raise AssertionError("unreachable")
 
 
-async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
+async def measure(args: argparse.Namespace, pools: Path, state: Path, server_cpu: int | None) -> int:
     """The CPU phases of every route, then their holds, on one server; the CPU reports last."""
     server = start_server(state, pools)
+    if server_cpu is not None:
+        pin(server.pid, server_cpu)
     servers = [server]
     cpu: dict[str, list[Repeat]] = {}
     held = True
@@ -1003,7 +1033,10 @@ async def measure(args: argparse.Namespace, pools: Path, state: Path) -> int:
                 held = await hold_phase(server, args, route, 10**7 * (number + 1)) and held
     finally:
         stop(servers)
-    print(f"server: one process, pid CPU from /proc; {len(os.sched_getaffinity(0))} cores on this machine")
+    cores = len(os.sched_getaffinity(0)) + (server_cpu is not None)
+    print(f"server: one process, pid CPU from /proc; {cores} cores on this machine")
+    if server_cpu is not None:
+        print(f"--profile: the server alone on CPU {server_cpu}, everything else on the others")
     cpu_ok = all([report_cpu(route, cpu[route.name], args.cpu_concurrency) for route in args.routes])
     if args.profile:
         top_frames(args.profile)

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,16 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONDUCTOR_")}
     env["PYTHONPATH"] = str(BENCH.parents[1])
     return subprocess.run([sys.executable, str(BENCH), *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def load_bench(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """tools/bench_load.py imported as a module, for its helpers."""
+    spec = importlib.util.spec_from_file_location("bench_load", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench_load = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_load", bench_load)  # its dataclasses look their module up there
+    spec.loader.exec_module(bench_load)
+    return bench_load
 
 
 @pytest.mark.slow
@@ -41,16 +52,11 @@ def test_quick_mode_measures_the_server_and_prints_each_target() -> None:
     assert done.returncode == (0 if out.count("FAIL") == 0 else 1), out
 
 
-def test_the_profile_charges_the_event_loop_runner_to_the_sdk_not_to_conductor_mcp(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The entry point, the CLI and the event loop runner (runtime/) sit under every sample: a sample whose
-    innermost conductor_mcp frame is one of them is the SDK's, the HTTP server's or the loop's, not ours."""
-    spec = importlib.util.spec_from_file_location("bench_load", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench_load = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_load", bench_load)  # its dataclasses look their module up there
-    spec.loader.exec_module(bench_load)
+def test_the_profile_charges_each_sample_to_whose_work_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry point, the CLI and the event loop runner (runtime/) sit under every sample, and our middleware
+    under every request: a sample whose innermost conductor_mcp frame is one of them, and not its own line, is the
+    SDK's, the HTTP server's or the loop's; aiohttp's protocol reading an answer is aiohttp's."""
+    bench_load = load_bench(monkeypatch)
     entry = [
         "<module> (conductor_mcp/__main__.py:3)",
         "main (conductor_mcp/cli/commands.py:307)",
@@ -58,9 +64,53 @@ def test_the_profile_charges_the_event_loop_runner_to_the_sdk_not_to_conductor_m
         "run (uvloop/__init__.py:92)",
     ]
     sdk = [*entry, "handle_modern_request (mcp/server/_streamable_http_modern.py:375)"]
-    assert bench_load.blame(sdk) == "[MCP SDK, HTTP server, event loop]"
+    sdk_samples = "[MCP SDK, HTTP server, event loop]"
+    assert bench_load.blame(sdk) == sdk_samples
     step = [*entry, "Executor._run_step (conductor_mcp/engine/executor.py:313)", "dumps (json/__init__.py:183)"]
     assert bench_load.blame(step) == "Executor._run_step (conductor_mcp/engine/executor.py)"
+    guarded = [*entry, "_LimitedRequest.run.<locals>.guarded_send (conductor_mcp/doors/http/guards.py:120)"]
+    assert bench_load.blame([*guarded, "send (uvicorn/protocols/http/httptools_impl.py:500)"]) == sdk_samples
+    assert bench_load.blame(guarded) == "_LimitedRequest.run.<locals>.guarded_send (conductor_mcp/doors/http/guards.py)"
+    answer = [*entry, "ResponseHandler.data_received (aiohttp/client_proto.py:359)"]
+    assert bench_load.blame(answer) == "[aiohttp: model calls' responses, read outside our frames]"
+
+
+PINNED_CHILD = """
+import os, sys, threading
+go = threading.Event()
+def report():
+    go.wait()
+    sys.stdout.write(f"{sorted(os.sched_getaffinity(0))}\\n")  # one write: threads' lines do not interleave
+early = threading.Thread(target=report)
+early.start()
+print("up", flush=True)
+sys.stdin.readline()
+late = threading.Thread(target=report)
+late.start()
+go.set()
+early.join()
+late.join()
+report()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_pin_moves_every_thread_of_a_process_and_those_it_starts_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--profile gives the server a core of its own: each of its threads, those it starts afterwards too."""
+    bench_load = load_bench(monkeypatch)
+    cpu = max(os.sched_getaffinity(0))
+    child = subprocess.Popen(
+        [sys.executable, "-c", PINNED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "up\n"  # a second thread is running
+        bench_load.pin(child.pid, cpu)
+        out, _ = child.communicate("go\n", timeout=30)
+    finally:
+        child.kill()  # a no-op once it has exited
+        child.wait()
+    assert out.splitlines() == [str([cpu])] * 3, out  # the early thread, the late one, the main thread
 
 
 def test_replica_mode_refuses_a_url_that_is_not_postgresql() -> None:
