@@ -21,8 +21,9 @@ CPU is read and printed beside the server's, so a client bottleneck shows. Phase
 Phases 1 and 2 run on each of --routes: `sim` (the simulator, a litellm custom provider inside the server) and
 `http` (the same shapes of run on `hosted_vllm/` workers and conductor served by tools/stub_openai.py, a scripted
 OpenAI-compatible server on loopback in its own process, whose CPU is not counted: the path real pools take).
-On the HTTP route the bare HTTP work (a plain aiohttp POST of the same requests and the parse of the answer) is
-timed beside litellm's, and the server's own CPU is what is left after the bare calls. Beside each CPU phase, the
+On the HTTP route the bare HTTP work (a plain aiohttp POST of the same requests and the parse of the answer, at the
+run's cadence: the same latencies, as many at a time) is timed beside litellm's, and the server's own CPU is what
+is left after the bare calls. Beside each CPU phase, the
 same MCP exchange on a bare server written with the same SDK (one tool on uvicorn, uvloop and httptools, as `serve`
 runs) that replays a run recorded from this server, its progress notifications and its result: the SDK's and the
 transport's floor, so what remains above it is conductor-mcp's.
@@ -478,10 +479,11 @@ class Direct:
     bare: tuple[float, float]  # the floor: a plain aiohttp POST and JSON parse, or the simulator's own answer
 
 
-async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
+async def direct_ms_per_call(pools: Path, pool_name: str, calls: int, concurrency: int) -> Direct:
     """The CPU of the calls one run of `pool_name` makes, made directly in this process: through
-    litellm.acompletion and bare (a plain aiohttp POST for HTTP models, the simulator's answer for sim ones). HTTP
-    calls go to the stub under a name it answers at once (`direct-*`), with the messages the server sends."""
+    litellm.acompletion and bare (a plain aiohttp POST for HTTP models, the simulator's answer for sim ones), with
+    the messages the server sends. litellm's go to the stub under a name it answers at once (`direct-*`); the bare
+    HTTP calls at the run's cadence (see bare_ms_per_call)."""
     # isort: off
     from conductor_mcp.runtime.loop import prefer_bundled_price_map
 
@@ -508,6 +510,7 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
         "conductor": call_arguments(pool.conductor, [], response_format=schema),
         "worker": call_arguments(pool.workers[0], []),
     }
+    cadenced = {kind: request["model"] for kind, request in shapes.items()}  # answered after the run's latency
     for request in shapes.values():
         if is_simulated(request["model"]):  # what the sim backend adds to its calls
             request["metadata"] = {SIM_CALL: sim_call}
@@ -532,7 +535,7 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
         timings["litellm"].append(total * 1000 / calls)
         all_messages = [messages(kind, i) for i in range(calls + 5)]
         if "api_base" in request:
-            timings["bare"].append(await bare_ms_per_call(request, all_messages))
+            timings["bare"].append(await bare_ms_per_call(request, cadenced[kind], all_messages, concurrency))
         else:  # what the server's sim backend calls, with the same arguments
             name = request["model"].removeprefix("sim/")
             total = 0.0
@@ -545,23 +548,35 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int) -> Direct:
     return Direct((timings["litellm"][0], timings["litellm"][1]), (timings["bare"][0], timings["bare"][1]))
 
 
-async def bare_ms_per_call(request: dict[str, Any], all_messages: list[list[dict[str, Any]]]) -> float:
-    """CPU ms of a plain aiohttp POST of this chat request (the first 5 uncounted) and the parse of its answer:
-    aiohttp, the library of the server's direct path (httpx costs ~5x more per call, see tools/bench_engine.py)."""
+async def bare_ms_per_call(
+    request: dict[str, Any], model: str, all_messages: list[list[dict[str, Any]]], concurrency: int
+) -> float:
+    """CPU ms of a plain aiohttp POST of this chat request and the parse of its answer (aiohttp: the library of the
+    server's direct path; httpx costs ~5x more per call, see tools/bench_engine.py), at the run's cadence: to
+    `model`, which the stub answers after the run's latency, `concurrency` calls at a time as the CPU phase runs
+    them. A call made after an idle wait costs a process 1.5-4x one made back to back on this 2-core VM (caches
+    and the core go cold), so a floor measured back to back charged that cold cost to the server as its own."""
     import aiohttp
 
     skip = {"model", "messages", "api_base", "api_key", "timeout", "input_cost_per_token", "output_cost_per_token"}
-    body = {k: v for k, v in request.items() if k not in skip} | {"model": request["model"].split("/", 1)[1]}
+    body = {k: v for k, v in request.items() if k not in skip} | {"model": model.split("/", 1)[1]}
     url = f"{request['api_base']}/chat/completions"
-    total = 0.0
+    warm, measured = all_messages[:5], all_messages[5:]  # the first calls warm the session and its connections
     async with aiohttp.ClientSession(headers={"content-type": "application/json"}) as session:
-        for i, messages in enumerate(all_messages):
-            started = time.process_time()
+
+        async def post(messages: list[dict[str, Any]]) -> None:
             async with session.post(url, data=json.dumps({**body, "messages": messages})) as response:
                 assert response.status == 200, response.status
                 assert json.loads(await response.read())["choices"][0]["message"]["content"]
-            total += (time.process_time() - started) if i >= 5 else 0.0
-    return total * 1000 / (len(all_messages) - 5)
+
+        async def one_after_another(share: list[list[dict[str, Any]]]) -> None:
+            for messages in share:
+                await post(messages)
+
+        await asyncio.gather(*(post(messages) for messages in warm))
+        started = time.process_time()
+        await asyncio.gather(*(one_after_another(measured[i::concurrency]) for i in range(concurrency)))
+        return (time.process_time() - started) * 1000 / len(measured)
 
 
 @dataclass
@@ -620,7 +635,7 @@ def report_cpu(route: Route, repeats: list[Repeat], concurrency: int) -> bool:
     The server's own CPU is what is left after the bare calls of its route: the simulator's answers on the sim
     route, plain HTTP POSTs on the HTTP route (litellm's share is printed beside)."""
     first = repeats[0].cpu
-    bare_name = "bare aiohttp POST" if route.name == "http" else "simulator's answer"
+    bare_name = "simulator's answer" if route.name == "sim" else "aiohttp POST at the run's latencies and concurrency"
     print(
         f"\nCPU, {route.name} route (pool {route.cpu_pool}): {len(repeats)} x {first.runs} runs (latencies x "
         f"{CPU_TIME_SCALE}), {concurrency} at a time, {first.calls:.2f} model calls ({first.conductor_calls:.2f} "
@@ -1023,7 +1038,7 @@ async def measure(args: argparse.Namespace, pools: Path, state: Path, server_cpu
                 first = 10**6 + (number * args.cpu_repeats + repeat) * args.cpu_runs  # apart from the hold's
                 work = (args.cpu_runs, args.cpu_concurrency, args.processes, first, route.cpu_pool)
                 figures = cpu_phase([server], *work)
-                direct = await direct_ms_per_call(pools, route.cpu_pool, 100)
+                direct = await direct_ms_per_call(pools, route.cpu_pool, 100, args.cpu_concurrency)
                 cpu[route.name].append(Repeat(figures, direct, cpu_phase([bare[route.name]], *work)))
         if spy is not None:
             spy.send_signal(signal.SIGINT)
