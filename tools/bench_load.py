@@ -554,8 +554,9 @@ async def bare_ms_per_call(
     """CPU ms of a plain aiohttp POST of this chat request and the parse of its answer (aiohttp: the library of the
     server's direct path; httpx costs ~5x more per call, see tools/bench_engine.py), at the run's cadence: to
     `model`, which the stub answers after the run's latency, `concurrency` calls at a time as the CPU phase runs
-    them. A call made after an idle wait costs a process 1.5-4x one made back to back on this 2-core VM (caches
-    and the core go cold), so a floor measured back to back charged that cold cost to the server as its own."""
+    them. A call made after an idle wait costs a process several times one made back to back (0.8-0.9 ms against
+    0.16-0.23 on a 2-core VM: caches and the core go cold), so a floor measured back to back charged that cold cost
+    to the server as its own."""
     import aiohttp
 
     skip = {"model", "messages", "api_base", "api_key", "timeout", "input_cost_per_token", "output_cost_per_token"}
