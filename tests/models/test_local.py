@@ -176,6 +176,19 @@ async def test_a_base_models_answer_ends_where_the_answer_ends(state: Path, shar
         assert raw.startswith(answer) and len(raw) > 3 * len(answer), raw  # the model itself did not stop there
 
 
+async def test_the_pools_seed_reaches_the_model_so_a_question_gets_one_answer(state: Path, shared_state) -> None:
+    """The local pool's workers draw from a seed (pool_configs/local.yaml): even at a temperature where unseeded
+    draws wander, the same question gets the same answer, so the README's run answers as it did before."""
+    answerer = load_pool("local", [builtin_pool_dir()]).get("answerer")
+    assert answerer.params.get("seed") is not None
+    hot = answerer.model_copy(update={"params": {**answerer.params, "temperature": 1.5}})
+    workflow = Workflow(steps=[Step(worker="answerer", instruction="Answer the question.", access=[])])
+    messages = worker_messages("Name three rivers.", None, workflow, 0, {})
+    providers = Providers(Settings.from_env())
+    answers = {(await providers.complete(hot, messages)).text for _ in range(3)}
+    assert len(answers) == 1, answers
+
+
 def conductor(
     *args: str, python_flags: tuple[str, ...] = (), env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
