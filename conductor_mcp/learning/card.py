@@ -117,6 +117,7 @@ def write_card(
         + ("workflows and their first steps alone" if args.sft_first_step_too else "workflows"),
         "format": "random well-formed decisions (the format only)",
         "specialist": "random decisions with the task's specialist as the first solver",
+        "roles": "the scripted conductor's roles (specialist solves, reviewer reviews) in random shapes",
     }[args.warm_start]
     warm = (
         f"a supervised warm start of {args.sft_steps} steps on {targets} (SFT loss "

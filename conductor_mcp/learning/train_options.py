@@ -114,10 +114,11 @@ def _warm_start_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--warm-start",
-        choices=["scripted", "format", "specialist"],
+        choices=["scripted", "format", "specialist", "roles"],
         default="scripted",
         help="what --sft-steps imitates: the scripted conductor, random well-formed decisions "
-        "(format only: random workers and shapes), or those with the task's specialist as the first solver",
+        "(format only: random workers and shapes), those with the task's specialist as the first solver, or "
+        "the scripted conductor's roles (specialist solves, reviewer reviews) in a random shape",
     )
     parser.add_argument("--sft-lr", type=float, default=2e-4)
     parser.add_argument("--sft-batch", type=int, default=8)
@@ -147,10 +148,11 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     unknown = sorted(set(args.sim_domains) - set(known))
     if unknown:
         parser.error(f"--sim-domains: unknown {unknown}; the {args.sim_set} set's domains are {list(known)}")
-    decision_targets = args.warm_start in ("format", "specialist")  # what they teach is written as decisions
+    decision_targets = args.warm_start in ("format", "specialist", "roles")  # what they teach is written as decisions
     if decision_targets != (args.completion == "decisions") and args.sft_steps:
         parser.error(
-            "--completion decisions warms up with --warm-start format or specialist (decisions), and only they do"
+            "--completion decisions warms up with --warm-start format, specialist or roles (decisions), "
+            "and only they do"
         )
     if args.permute_ids and not args.subpool_k:
         parser.error("--permute-ids permutes the sub-pools of --subpool-k: give it too")

@@ -19,7 +19,7 @@ from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.core.simulation import SimConductorProfile
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import decisions, subpools
+from conductor_mcp.learning import comparison, decisions, subpools
 from conductor_mcp.models import sim
 
 
@@ -59,6 +59,8 @@ def pairs(args: argparse.Namespace, rows: list[dict[str, Any]], pools: dict[str,
         return format_rows(rows, pools, eos, args.seed)
     if args.warm_start == "specialist":
         return specialist_rows(rows, pools, eos, args.seed)
+    if args.warm_start == "roles":
+        return roles_rows(rows, pools, eos, args.seed)
     return sft_rows(rows, pools, args.max_steps_per_workflow, eos, args.sft_first_step_too)
 
 
@@ -87,6 +89,25 @@ def specialist_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str
         rest = decisions.random_decisions(pool, rng).split()[1:]
         completion = " ".join([f"{first}{rng.choice(['', '+'])}", *rest])
         pairs.append({"prompt": row["prompt"], "completion": f" {completion}{eos}"})
+    return pairs
+
+
+CASTS = {1: ("S",), 2: ("S", "R"), 3: ("S", "S", "R")}  # the scripted conductor's roles, by the workflow's length
+
+
+def roles_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str, seed: int) -> list[dict[str, str]]:
+    """Prompt-completion pairs cast as the scripted conductor casts (the specialist solves, the reviewer reviews,
+    as comparison.roles reads them from the descriptions) in a random shape, one to three steps, with random `+`
+    flags. A policy that copies these reads the pool for both roles, and nothing in them ties the shape to the
+    task: what shape pays on which task is left to GRPO. Recipe 2's warm start drew its later steps at random,
+    so they cost more than they paid and GRPO learned to stop after the first."""
+    rng = random.Random(f"roles warm start:{seed}")
+    pairs = []
+    for row in rows:
+        pool = pools[row["pool_name"]]
+        cast = comparison.roles(pool, str(json.loads(row["task"])["domain"]))
+        steps = [f"{cast[role]}{rng.choice(['', '+'])}" for role in CASTS[rng.randint(1, decisions.MAX_DECISIONS)]]
+        pairs.append({"prompt": row["prompt"], "completion": f" {' '.join(steps)}{eos}"})
     return pairs
 
 

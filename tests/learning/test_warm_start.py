@@ -8,7 +8,7 @@ import pytest
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import decisions, subpools, train_options, warm_start
+from conductor_mcp.learning import comparison, decisions, subpools, train_options, warm_start
 from conductor_mcp.learning.sim_tasks import composed_task_set, structured_task_set
 from conductor_mcp.service.catalogue import load_pool
 
@@ -67,12 +67,37 @@ def test_the_specialist_warm_start_names_the_tasks_specialist_first_under_permut
     } == {1, 2, 3}  # shapes left to GRPO
 
 
+def test_the_roles_warm_start_casts_specialist_and_reviewer_from_the_descriptions_in_every_shape() -> None:
+    pool = load_pool("sim-composed-v2", [builtin_pool_dir()])
+    tasks = composed_task_set(96, seed=5)
+    subs = [pool.sample(4, seed=f"r{i}", permute=True) for i in range(len(tasks))]
+    rows = [{"prompt": f"prompt {i}", "task": json.dumps(t), "pool_name": f"sub {i}"} for i, t in enumerate(tasks)]
+    pairs = warm_start.roles_rows(rows, {f"sub {i}": sub for i, sub in enumerate(subs)}, "<eos>", seed=2)
+    assert warm_start.CASTS == {1: ("S",), 2: ("S", "R"), 3: ("S", "S", "R")}  # the scripted conductor's casting
+    shapes_by_difficulty: dict[str, set[int]] = {}
+    reviewers, flags = set(), set()
+    for pair, sub, task in zip(pairs, subs, tasks, strict=True):
+        written = decisions.parse(pair["completion"].removesuffix("<eos>"), sub.visible_ids())
+        assert written is not None, pair
+        cast = comparison.roles(sub, task["domain"])
+        workers = [worker for worker, _ in written]
+        assert workers == [cast[role] for role in warm_start.CASTS[len(workers)]]
+        shapes_by_difficulty.setdefault(task["difficulty"], set()).add(len(workers))
+        flags.update(told for _, told in written)
+        if len(workers) > 1 and cast["R"] != cast["S"]:
+            reviewers.add(workers[-1])
+    assert len(reviewers) >= 3  # the reviewer's id differs from sub-pool to sub-pool: it must be read
+    assert flags == {True, False}
+    assert all(shapes == {1, 2, 3} for shapes in shapes_by_difficulty.values())  # the shape is left to GRPO
+    assert len(shapes_by_difficulty) == 4
+
+
 def test_decision_warm_starts_go_with_the_decisions_completion_only(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--base-model", "m", "--sim-tasks", "8", "--sft-steps", "2", "--out", "out"]
-    for warm in ("format", "specialist"):
+    for warm in ("format", "specialist", "roles"):
         assert train_options.parse_args([*base, "--completion", "decisions", "--warm-start", warm]).warm_start == warm
         with pytest.raises(SystemExit):
             train_options.parse_args([*base, "--warm-start", warm])
-        assert "warms up with --warm-start format or specialist" in capsys.readouterr().err
+        assert "warms up with --warm-start format, specialist or roles" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         train_options.parse_args([*base, "--completion", "decisions", "--warm-start", "scripted"])
