@@ -51,14 +51,29 @@ class Budget(BaseModel):
 
 
 class ServerBudget(Budget):
-    """Caps on what one server process may spend across all its runs (CONDUCTOR_SERVER_MAX_TOKENS / _USD)."""
+    """Caps on what one server process may spend across all its runs (CONDUCTOR_SERVER_MAX_TOKENS / _USD).
+
+    Calls admitted but not yet paid, in any run, count at their estimates (`claim` ... `settle`): runs in flight
+    together would otherwise each see only what is paid and pass the cap between them."""
 
     tokens: int = 0
     usd: float = 0.0
+    unpaid_tokens: int = 0
+    unpaid_usd: float = 0.0
 
     def add(self, usage: CallUsage) -> None:
         self.tokens += usage.prompt_tokens + usage.completion_tokens
         self.usd += usage.cost_usd
+
+    def claim(self, tokens: int, usd: float) -> None:
+        """A call is admitted at this estimate; it counts until `settle`d with the same figures."""
+        self.unpaid_tokens += tokens
+        self.unpaid_usd += usd
+
+    def settle(self, tokens: int, usd: float) -> None:
+        """A claimed call is paid (its usage `add`ed), failed, or cancelled: its estimate no longer counts."""
+        self.unpaid_tokens -= tokens
+        self.unpaid_usd = max(0.0, self.unpaid_usd - usd)  # float sums need not return to exactly 0
 
     def exhausted(self) -> str | None:
         """Why no new run may start (a cap already reached), or None."""
@@ -69,7 +84,8 @@ class ServerBudget(Budget):
         return None
 
     def next_call_exceeds(self, tokens: int, usd: float) -> Stop | None:
-        stop = self.exceeded_by((self.tokens, self.usd), (tokens, usd))
+        """The stop a next call of ~(tokens, usd) meets, counting what every run has paid and claimed."""
+        stop = self.exceeded_by((self.tokens + self.unpaid_tokens, self.usd + self.unpaid_usd), (tokens, usd))
         return None if stop is None else Stop(kind="server_budget", detail=f"server {stop.detail}")
 
 

@@ -72,6 +72,7 @@ class Executor:
         self._calls: set[str] = set()  # keys of the steps whose calls count toward the run's call cap
         self._done = 0  # steps done, inherited ones included (what progress events report)
         self._in_flight: dict[str, tuple[int, float]] = {}  # started step key -> its call's estimate, until it is paid
+        self._claims: dict[str, tuple[int, float]] = {}  # the same, held against the server's budget until charged
 
     async def execute(self, run: Run) -> None:
         """Run the workflow to the end, a limit, a failed step, or cancellation (re-raised); sets the run's outcome.
@@ -84,9 +85,13 @@ class Executor:
         self._positions = {record.key: position for position, record in enumerate(run.steps)}
         self._calls = {r.key for r in run.steps if r.status in CALLED and _counts_as_call(r)}
         self._done = sum(1 for r in run.steps if r.status == "done")
-        stop = await self._run_workflow(run, run.workflow, depth=0, parent=None)
-        if stop is not None and stop.kind == "step_failed" and self._can_recover(run):
-            stop = await self._recover(run, stop)
+        try:
+            stop = await self._run_workflow(run, run.workflow, depth=0, parent=None)
+            if stop is not None and stop.kind == "step_failed" and self._can_recover(run):
+                stop = await self._recover(run, stop)
+        finally:  # a cancelled or crashed step was never charged: its claim ends with the run
+            for key in list(self._claims):
+                self._settle(key)
         last = self._record(run, str(len(run.workflow.steps) - 1))
         if stop is None and (last is None or last.status != "done"):
             stop = Stop(kind="step_failed", detail="the last step did not finish")
@@ -257,7 +262,8 @@ class Executor:
         """Claim the call of a step about to start, or the stop the run's call cap, token cap or USD cap (prompt size
         estimated) puts in its way. A claim holds from here, not from when the step's task first runs, and a call
         not yet paid counts at its estimate: the steps of a fan-out are started in one pass, and each must see the
-        ones started before it, or together they pass a cap that each alone would not.
+        ones started before it, or together they pass a cap that each alone would not. The server's budget counts
+        the claims of all its runs in flight (ServerBudget.claim), for the same reason.
         Tool turns do not count toward the call cap: it bounds the team's workflow, and the client drives them."""
         started = len(self._calls)
         if started >= run.max_calls:
@@ -273,13 +279,22 @@ class Executor:
             spent_tokens, spent_usd = run.spent()
             stop = run.budget.exceeded_by(
                 (spent_tokens + unpaid_tokens, spent_usd + unpaid_usd), (estimate, next_cost)
-            ) or self.server_budget.next_call_exceeds(estimate + unpaid_tokens, next_cost + unpaid_usd)
+            ) or self.server_budget.next_call_exceeds(estimate, next_cost)  # its claims include this run's
             if stop:
                 return stop
         if _counts_as_call(record):
             self._calls.add(record.key)
         self._in_flight[record.key] = (estimate, next_cost)
+        if self.server_budget.capped():
+            self.server_budget.claim(estimate, next_cost)
+            self._claims[record.key] = (estimate, next_cost)
         return None
+
+    def _settle(self, key: str) -> None:
+        """The server is charged a step's usage, or never will be: its claim on the server's budget ends."""
+        claim = self._claims.pop(key, None)
+        if claim is not None:
+            self.server_budget.settle(*claim)
 
     def _skip(self, run: Run, records: list[StepRecord], why: Stop) -> None:
         for record in records:
@@ -327,6 +342,7 @@ class Executor:
             raise StepCrashed(record.key, exc) from exc
         record.ended_at = now()
         self.server_budget.add(record)
+        self._settle(record.key)
         self._in_flight.pop(record.key, None)  # paid: its usage is in run.spent() now
         self._done += record.status == "done"
         self._save(run, record)

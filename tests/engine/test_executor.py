@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from conductor_mcp.config import Settings
 from conductor_mcp.core import prompts
+from conductor_mcp.core.events import ProgressEvent
 from conductor_mcp.core.pool import parse_pool
 from conductor_mcp.core.records import Run
-from conductor_mcp.core.usage import Budget
+from conductor_mcp.core.usage import Budget, ServerBudget
 from conductor_mcp.core.workflow import Step, parse_workflow, validate_workflow
 from conductor_mcp.doors.render import to_markdown
 from conductor_mcp.engine import conductor
@@ -41,6 +42,7 @@ from tests.conftest import (
     planned_run,
     scripted_pool,
     sim_pool_doc,
+    slow_pool_doc,
     write_pool,
 )
 
@@ -511,3 +513,42 @@ async def test_a_fan_out_counts_its_unpaid_calls_against_the_token_budget(tmp_pa
     assert [s.status for s in run.steps] == ["done", "skipped", "skipped"]
     assert run.stop is not None and run.stop.kind == "token_budget"
     assert run.totals.total_tokens <= int(one_branch * 1.8)
+
+
+async def test_runs_in_flight_together_count_each_others_unpaid_calls_against_the_server_budget(
+    tmp_path: Path,
+) -> None:
+    """The server's budget is shared by its runs: while one run's call is in flight, unpaid, another run's call is
+    admitted against that call's estimate too, so a server budget for about one call starts one, not two. A claim
+    ends with its run, here cancelled mid-call, so it does not hold the budget afterwards."""
+    store = SqliteStore(tmp_path / "runs.sqlite3")
+    pool = parse_pool(slow_pool_doc("slow", first_token_s=60.0), source="test", default_name="slow")
+    instruction = "part 0: " + "detail " * 600
+    one_call = estimated_tokens([{"content": instruction}])
+    budget = ServerBudget(max_tokens=int(one_call * 1.8))
+    providers = Providers(Settings.from_env(state_dir=tmp_path, sim_time_scale=1))
+    calling = asyncio.Event()
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind == "step_started":
+            calling.set()
+
+    def run_of(run_id: str) -> Run:
+        run = planned_run(pool, [Step(worker="model_0", instruction=instruction, access=[])], run_id)
+        store.save_run(run)
+        return run
+
+    first, second = run_of("first"), run_of("second")
+    try:
+        executing = Executor(pool, store, providers, on_event, server_budget=budget).execute(first)
+        async with owned_task(executing) as in_flight:
+            await calling.wait()
+            assert budget.unpaid_tokens >= one_call and budget.tokens == 0
+            await Executor(pool, store, providers, server_budget=budget).execute(second)
+        assert in_flight.cancelled() and first.steps[0].status == "cancelled"
+        assert second.steps[0].status == "skipped" and second.stop is not None
+        assert second.stop.kind == "server_budget" and "~" in second.stop.detail
+        assert (budget.unpaid_tokens, budget.unpaid_usd) == (0, 0.0)  # the cancelled call's claim ended with it
+    finally:
+        await providers.aclose()
+        store.close()
