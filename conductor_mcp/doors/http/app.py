@@ -294,13 +294,16 @@ async def serve_http(
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         **connection_limits(service),
     )
-    log.info(
-        "http_listening",
-        url=f"http://{host}:{port}/mcp",
-        openai=f"http://{host}:{port}/v1",
-        auth="bearer" if token else "none",
-    )
-    await uvicorn_server(config).serve()
+
+    def listening() -> None:  # said once it listens: a script that waits for the line may connect, or stop it
+        log.info(
+            "http_listening",
+            url=f"http://{host}:{port}/mcp",
+            openai=f"http://{host}:{port}/v1",
+            auth="bearer" if token else "none",
+        )
+
+    await uvicorn_server(config, on_started=listening).serve()
 
 
 async def serve_viewer(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 import stat
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from conductor_mcp.cli.commands import main
 from conductor_mcp.config import Settings
 from conductor_mcp.doors.http.app import BearerTokenMiddleware, http_app, is_loopback
 from conductor_mcp.errors import RequestError
+from conductor_mcp.models.local import free_port
 from conductor_mcp.service.access import Front
 from conductor_mcp.service.reader import RunReader
 from conductor_mcp.service.service import Service
@@ -379,3 +381,33 @@ async def test_continue_workflow_follows_a_run_executing_in_another_server_proce
     assert result.structured_content["status"] == "done" and result.structured_content["answer"]
     assert not executed_here and stored.status == "done" and stored.owner is not None
     assert messages and any(m.startswith("run ") for m in messages), messages  # the store's changes, relayed
+
+
+def test_the_address_is_logged_once_the_server_listens_and_a_sigterm_from_then_on_stops_it_cleanly(
+    tmp_path: Path,
+) -> None:
+    """A script that starts `serve --http` and waits for its `http_listening` line may connect, or stop it, at
+    once: the line comes once uvicorn listens with its signal handlers in place (it used to come before, so a
+    connection could be refused and a SIGTERM could kill the start-up with a traceback)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conductor_mcp", "serve", "--http", "--port", str(port)],
+        env=server_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if "http_listening" in line:
+                break
+        assert said and "http_listening" in said[-1], "".join(said)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # no retry: it listens already
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, "".join(said) + rest
+    assert "Traceback" not in rest, rest
