@@ -207,6 +207,25 @@ def novel_workflows(signatures: dict[str, list[str]], policy: str, others: tuple
     }
 
 
+SHAPE_READERS = ("trained", "warm start", "trained (descriptions shuffled)", "scripted conductor")
+
+
+def steps_by_difficulty(by: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Steps per task by the task's difficulty, for the policies and the scripted conductor: whether a policy's
+    shape follows the task (the scripted conductor's does: one step on easy tasks, three on the others)."""
+    difficulties = sorted({str(r.get("difficulty")) for rs in by.values() for r in rs}, key=_difficulty_order)
+    return {
+        name: {d: statistics.fmean(r["steps"] for r in by[name] if str(r.get("difficulty")) == d) for d in difficulties}
+        for name in SHAPE_READERS
+        if name in by
+    }
+
+
+def _difficulty_order(difficulty: str) -> tuple[int, str]:
+    known = ("easy", "medium", "hard", "expert")
+    return (known.index(difficulty) if difficulty in known else len(known), difficulty)
+
+
 def report(rows: list[dict[str, Any]], oracle: dict[str, Any], cost_weight: float) -> dict[str, Any]:
     """The judgement: every strategy's summary, the hindsight ceiling, the paired tests of the trained policy and
     of its warm start against the others, and the workflows only the trained policy writes."""
@@ -246,6 +265,7 @@ def report(rows: list[dict[str, Any]], oracle: dict[str, Any], cost_weight: floa
             key: sorted([list(map(str, cls)), name] for cls, name in chosen.items()) for key, chosen in oracle.items()
         },
         "written": {p: dict(Counter(signatures[p]).most_common(12)) for p in ("trained", "warm start") if p in by},
+        "steps_by_difficulty": steps_by_difficulty(by),
     }
 
 
@@ -324,6 +344,16 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     for policy, counts in report["written"].items():
         lines += ["", f"Most written by the {policy} policy (over real worker ids): {counts}"]
+    if shapes := report.get("steps_by_difficulty"):
+        difficulties = list(next(iter(shapes.values())))
+        lines += [
+            "",
+            "Steps per task by the task's difficulty:",
+            "",
+            "| strategy | " + " | ".join(difficulties) + " |",
+            "|---|" + "---|" * len(difficulties),
+        ]
+        lines += [f"| {name} | " + " | ".join(f"{v:.2f}" for v in per.values()) + " |" for name, per in shapes.items()]
     if report.get("diagnosis"):
         lines += ["", "GRPO's rollouts (card.json `rollouts`, rollouts.png):", ""]
         lines += [

@@ -61,6 +61,7 @@ def row(name: str, task: dict[str, Any], pool: Pool, outcome: Outcome, workflow:
     return {
         "strategy": name,
         "task_id": task["id"],
+        "difficulty": task.get("difficulty"),
         "correct": outcome.correct,
         "reward": outcome.reward,
         "well_formed": outcome.well_formed,

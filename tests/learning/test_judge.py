@@ -103,6 +103,13 @@ async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tm
     assert len(rows) == 12 * len(strategies) - 12  # every strategy's row on every task but the hindsight ceiling's
     assert {r["decisions"] for r in rows if r["strategy"] == "trained"} == {"model_0+ model_1+ model_2+"}
     assert report["diagnosis"]["flat groups"] == 3 and report["diagnosis"]["groups"] == 6
+    shapes = report["steps_by_difficulty"]
+    assert set(shapes) == {"trained", "warm start", "trained (descriptions shuffled)", "scripted conductor"}
+    assert set(shapes["trained"].values()) == {3.0} and set(shapes["warm start"].values()) == {1.0}
+    difficulties = list(shapes["scripted conductor"])
+    assert difficulties[0] == "easy" and shapes["scripted conductor"]["easy"] == 1.0  # one step on easy tasks only
+    assert all(shapes["scripted conductor"][d] == 3.0 for d in difficulties[1:])
+    assert "| scripted conductor | 1.00 | 3.00" in (tmp_path / "judged.md").read_text()
     assert (tmp_path / "rollouts.png").read_bytes()[:4] == b"\x89PNG"
 
 
