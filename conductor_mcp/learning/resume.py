@@ -24,7 +24,7 @@ from conductor_mcp.learning import card
 
 PROGRESS = "progress.json"
 REWARDS = "rewards.jsonl"
-PER_SESSION = ("session_minutes",)  # options that may differ between the sessions of one run
+PER_SESSION = ("session_minutes", "gradient_checkpointing")  # may differ between sessions: same run, same result
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 

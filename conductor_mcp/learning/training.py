@@ -303,7 +303,8 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
         use_cpu=use_cpu,
         bf16=False,
         disable_tqdm=True,
-        gradient_checkpointing=False,  # TRL turns it on; a small model only pays the recomputation
+        # TRL turns it on by default; off, a small model's step is faster and keeps every activation in memory
+        gradient_checkpointing=args.gradient_checkpointing,
         mask_truncated_completions=args.mask_truncated,
         **dr_grpo_options(args),
     )
