@@ -296,6 +296,14 @@ def diagnosis(card: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def shape_table(shapes: dict[str, dict[str, float]]) -> list[str]:
+    """Steps per task by difficulty (steps_by_difficulty) as a markdown table, after a blank line."""
+    difficulties = list(next(iter(shapes.values())))
+    head = ["", "Steps per task by the task's difficulty:", "", "| strategy | " + " | ".join(difficulties) + " |"]
+    rows = [f"| {name} | " + " | ".join(f"{v:.2f}" for v in per.values()) + " |" for name, per in shapes.items()]
+    return [*head, "|---|" + "---|" * len(difficulties), *rows]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The judgement as a README section's tables."""
     lines = [
@@ -344,16 +352,8 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     for policy, counts in report["written"].items():
         lines += ["", f"Most written by the {policy} policy (over real worker ids): {counts}"]
-    if shapes := report.get("steps_by_difficulty"):
-        difficulties = list(next(iter(shapes.values())))
-        lines += [
-            "",
-            "Steps per task by the task's difficulty:",
-            "",
-            "| strategy | " + " | ".join(difficulties) + " |",
-            "|---|" + "---|" * len(difficulties),
-        ]
-        lines += [f"| {name} | " + " | ".join(f"{v:.2f}" for v in per.values()) + " |" for name, per in shapes.items()]
+    if report.get("steps_by_difficulty"):
+        lines += shape_table(report["steps_by_difficulty"])
     if report.get("diagnosis"):
         lines += ["", "GRPO's rollouts (card.json `rollouts`, rollouts.png):", ""]
         lines += [
