@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conductor_mcp.config import builtin_pool_dir
+from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import comparison, decisions, subpools, train_options, warm_start
 from conductor_mcp.learning.sim_tasks import composed_task_set, structured_task_set
@@ -44,12 +45,18 @@ def test_first_step_too_pairs_each_multi_step_workflow_with_its_first_step(first
             assert len(workflows) == 1
 
 
-def test_the_specialist_warm_start_names_the_tasks_specialist_first_under_permuted_ids() -> None:
+def permuted_rows(n: int, seed: int, draw: str) -> tuple[list[dict], list[Pool], list[dict[str, str]], dict[str, Pool]]:
+    """n composed-v2 tasks, each with its own permuted 4-worker sub-pool (drawn from `draw`), as warm-start rows."""
     pool = load_pool("sim-composed-v2", [builtin_pool_dir()])
-    tasks = composed_task_set(48, seed=3)
-    subs = [pool.sample(4, seed=f"t{i}", permute=True) for i in range(len(tasks))]
+    tasks = composed_task_set(n, seed=seed)
+    subs = [pool.sample(4, seed=f"{draw}{i}", permute=True) for i in range(len(tasks))]
     rows = [{"prompt": f"prompt {i}", "task": json.dumps(t), "pool_name": f"sub {i}"} for i, t in enumerate(tasks)]
-    pairs = warm_start.specialist_rows(rows, {f"sub {i}": sub for i, sub in enumerate(subs)}, "<eos>", seed=1)
+    return tasks, subs, rows, {f"sub {i}": sub for i, sub in enumerate(subs)}
+
+
+def test_the_specialist_warm_start_names_the_tasks_specialist_first_under_permuted_ids() -> None:
+    tasks, subs, rows, pools = permuted_rows(48, seed=3, draw="t")
+    pairs = warm_start.specialist_rows(rows, pools, "<eos>", seed=1)
     firsts, present = set(), 0
     for pair, sub, task in zip(pairs, subs, tasks, strict=True):
         assert pair["completion"].startswith(" ") and pair["completion"].endswith("<eos>")
@@ -68,11 +75,8 @@ def test_the_specialist_warm_start_names_the_tasks_specialist_first_under_permut
 
 
 def test_the_roles_warm_start_casts_specialist_and_reviewer_from_the_descriptions_in_every_shape() -> None:
-    pool = load_pool("sim-composed-v2", [builtin_pool_dir()])
-    tasks = composed_task_set(96, seed=5)
-    subs = [pool.sample(4, seed=f"r{i}", permute=True) for i in range(len(tasks))]
-    rows = [{"prompt": f"prompt {i}", "task": json.dumps(t), "pool_name": f"sub {i}"} for i, t in enumerate(tasks)]
-    pairs = warm_start.roles_rows(rows, {f"sub {i}": sub for i, sub in enumerate(subs)}, "<eos>", seed=2)
+    tasks, subs, rows, pools = permuted_rows(96, seed=5, draw="r")
+    pairs = warm_start.roles_rows(rows, pools, "<eos>", seed=2)
     assert warm_start.CASTS == {1: ("S",), 2: ("S", "R"), 3: ("S", "S", "R")}  # the scripted conductor's casting
     shapes_by_difficulty: dict[str, set[int]] = {}
     reviewers, flags = set(), set()
