@@ -168,12 +168,15 @@ async def test_a_base_models_answer_ends_where_the_answer_ends(state: Path, shar
         ]
     )
     providers = Providers(Settings.from_env())
-    for index, outputs in ((0, {}), (1, {0: "The capital of France is Paris."})):
-        messages = worker_messages("What is the capital of France?", None, workflow, index, outputs)
-        raw = _raw_completion(shared_state[1].base_url, completion_prompt(messages)).strip()
-        answer = (await providers.complete(answerer, messages)).text
-        assert "Paris" in answer and "\n" not in answer and len(answer) < 80, answer
-        assert raw.startswith(answer) and len(raw) > 3 * len(answer), raw  # the model itself did not stop there
+    try:
+        for index, outputs in ((0, {}), (1, {0: "The capital of France is Paris."})):
+            messages = worker_messages("What is the capital of France?", None, workflow, index, outputs)
+            raw = _raw_completion(shared_state[1].base_url, completion_prompt(messages)).strip()
+            answer = (await providers.complete(answerer, messages)).text
+            assert "Paris" in answer and "\n" not in answer and len(answer) < 80, answer
+            assert raw.startswith(answer) and len(raw) > 3 * len(answer), raw  # the model itself did not stop there
+    finally:
+        await providers.aclose()
 
 
 async def test_the_pools_seed_reaches_the_model_so_a_question_gets_one_answer(state: Path, shared_state) -> None:
@@ -185,7 +188,10 @@ async def test_the_pools_seed_reaches_the_model_so_a_question_gets_one_answer(st
     workflow = Workflow(steps=[Step(worker="answerer", instruction="Answer the question.", access=[])])
     messages = worker_messages("Name three rivers.", None, workflow, 0, {})
     providers = Providers(Settings.from_env())
-    answers = {(await providers.complete(hot, messages)).text for _ in range(3)}
+    try:
+        answers = {(await providers.complete(hot, messages)).text for _ in range(3)}
+    finally:
+        await providers.aclose()
     assert len(answers) == 1, answers
 
 
