@@ -36,8 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gradient-checkpointing",
         action="store_true",
         help="recompute activations in GRPO's backward pass instead of keeping them: the same gradients in less "
-        "memory (a step of 64 rollouts with a KL reference: 8.7 GB resident at its peak, not 19.9 GB); may differ "
-        "between sessions",
+        "memory, through TRL's own passes (a rollout's prompt computed for each rollout: the caches that share it "
+        "are dropped under checkpointing); may differ between sessions",
     )
     args = parser.parse_args(argv)
     _check(parser, args)

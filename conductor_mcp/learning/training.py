@@ -303,7 +303,7 @@ def grpo_config(args: argparse.Namespace, use_cpu: bool) -> Any:
         use_cpu=use_cpu,
         bf16=False,
         disable_tqdm=True,
-        # TRL turns it on by default; off, a small model's step is faster and keeps every activation in memory
+        # TRL turns it on by default; it drops the caches that share a group's prompt (learning/shared_prefix.py)
         gradient_checkpointing=args.gradient_checkpointing,
         mask_truncated_completions=args.mask_truncated,
         **dr_grpo_options(args),
@@ -326,13 +326,15 @@ def _grpo_trainer(
     use_cpu: bool,
     session: resume.Session,
 ) -> Any:
-    """TRL's GRPO trainer: a fresh LoRA on the base model, or the warm start's adapter continued."""
+    """TRL's GRPO trainer, each group's prompt computed once (learning/shared_prefix.py): a fresh LoRA on the base
+    model, or the warm start's adapter continued."""
     from datasets import Dataset  # pyright: ignore[reportAttributeAccessIssue]  (Hugging Face's, not ours)
     from peft import LoraConfig
-    from trl import GRPOTrainer
+
+    from conductor_mcp.learning.shared_prefix import SharedPrefixGRPOTrainer
 
     lora = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
-    return GRPOTrainer(
+    return SharedPrefixGRPOTrainer(
         model=policy,
         reward_funcs=[reward],
         args=grpo_config(args, use_cpu),

@@ -12,6 +12,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -314,22 +315,31 @@ def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
         assert all(r["completion_tokens"] <= 16 for r in rows)
 
 
-def test_gradient_checkpointing_trains_the_same_adapter(tmp_path: Path) -> None:
-    """--gradient-checkpointing recomputes activations in the backward pass instead of keeping them (GRPO's step of
-    64 rollouts kept ~20 GB): the same run with it and without it trains the same adapter, which the step moved."""
+def test_a_step_with_each_prompt_computed_once_trains_the_adapter_trls_own_passes_train(tmp_path: Path) -> None:
+    """Without --gradient-checkpointing a group's prompt is computed once (learning/shared_prefix.py); with it TRL's
+    own passes run, every rollout with its whole prompt and its activations recomputed. The same run both ways
+    samples the same rollouts and trains the same adapter, which the step moved. Adam's first step divides each
+    gradient by its own size, so the few components near Adam's epsilon may differ by a fraction of the learning
+    rate; a component pushed the other way would differ by twice the learning rate (2e-3)."""
+    import torch
+
     adapters = {}
-    for name, extra in (("kept", ()), ("recomputed", ("--gradient-checkpointing",))):
+    for name, extra in (("shared", ()), ("trl", ("--gradient-checkpointing",))):
         (tmp_path / name).mkdir()
         options = ("--skip-base-eval", "--steps", "1", "--lr", "1e-3", *extra)
         args = small_decisions_run(tmp_path / name, "sim-composed-v2", "composed-v2", *options)
         assert train_conductor.grpo_config(args, use_cpu=True).gradient_checkpointing is bool(extra)
         train_conductor.train(args)
         adapters[name] = load_file(tmp_path / name / "adapter" / "adapter_model.safetensors")
-    warm = load_file(tmp_path / "kept" / "sft-adapter" / "adapter_model.safetensors")
-    kept, recomputed = adapters["kept"], adapters["recomputed"]
-    assert kept.keys() == recomputed.keys() == warm.keys()
-    assert any(not kept[k].equal(warm[k]) for k in kept)  # GRPO's step changed the warm start
-    assert all(kept[k].allclose(recomputed[k], rtol=1e-4, atol=1e-7) for k in kept)
+    rollouts = {name: (tmp_path / name / "rewards.jsonl").read_text() for name in adapters}
+    assert rollouts["shared"] == rollouts["trl"]
+    warm = load_file(tmp_path / "shared" / "sft-adapter" / "adapter_model.safetensors")
+    shared, trl = adapters["shared"], adapters["trl"]
+    assert shared.keys() == trl.keys() == warm.keys()
+    assert all(not shared[k].equal(warm[k]) for k in shared)  # GRPO's step moved every LoRA matrix
+    assert all(shared[k].allclose(trl[k], rtol=1e-4, atol=2e-4) for k in shared)
+    moved = [torch.cat([(adapter[k] - warm[k]).flatten() for k in warm]) for adapter in (shared, trl)]
+    assert float(torch.nn.functional.cosine_similarity(*moved, dim=0)) > 0.999
 
 
 def small_decisions_run(out: Path, pool: str, sim_set: str, *options: str) -> argparse.Namespace:
@@ -408,3 +418,89 @@ def test_the_shuffled_evaluation_reads_each_sub_pool_with_its_descriptions_shuff
         assert read == train_conductor.policy_prompt(args, tokenizer, misled, task) != real
         assert real == train_conductor.policy_prompt(args, tokenizer, sub, task)
         assert all(w.description in read for w in sub.workers)  # the same descriptions, other workers
+
+
+def padded_prompts(lengths: list[int], repeats: int) -> tuple[Any, Any]:
+    """Random prompts of these lengths, each repeated `repeats` times and left-padded as TRL pads them."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(100, 5000, (n,), generator=generator) for n in lengths]
+    width = max(lengths)
+    ids = torch.stack([torch.cat([p.new_zeros(width - p.size(0)), p]) for p in prompts for _ in range(repeats)])
+    mask = torch.stack([torch.cat([p.new_zeros(width - p.size(0)), p.new_ones(p.size(0))]) for p in prompts])
+    return ids, mask.repeat_interleave(repeats, dim=0)
+
+
+def test_log_probs_and_gradients_with_each_prompt_computed_once_are_trls() -> None:
+    """Two groups whose prompts differ in length (so one is padded) and completions that end early: the shared-prefix
+    pass gives TRL's per-token log-probabilities, entropies and LoRA gradients (TRL's way: every row whole)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from conductor_mcp.learning import shared_prefix
+
+    base = AutoModelForCausalLM.from_pretrained(convert_gguf.convert())
+    add_fused_lm_head(base, temperature=1.2, outputs=("log_probs", "entropy"))
+    lora = LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM", init_lora_weights=False)
+    model = get_peft_model(base, lora)
+    prompt_ids, prompt_mask = padded_prompts([30, 23], repeats=3)
+    generator = torch.Generator().manual_seed(2)
+    completion_ids = torch.randint(100, 5000, (6, 8), generator=generator)
+    completion_mask = torch.ones_like(completion_ids)
+    completion_mask[::3, 5:] = 0  # these rollouts wrote EOS at their sixth token
+    advantages = torch.randn(6, 1, generator=generator)
+
+    def trl_way() -> tuple[torch.Tensor, torch.Tensor]:
+        ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, : prompt_ids.size(1)] = -100
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -8:], out.entropy[:, -8:]
+
+    def shared() -> tuple[torch.Tensor, torch.Tensor]:
+        return shared_prefix.completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+
+    results = []
+    for way in (trl_way, shared):
+        model.zero_grad()
+        logps, entropy = way()
+        (-(logps * advantages).sum()).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+        results.append((logps.detach(), entropy.detach(), grads))
+    (trl_logps, trl_entropy, trl_grads), (logps, entropy, grads) = results
+    assert bool((logps[::3, 5:] == 0).all()) and bool((logps[:, :5] < 0).all())  # masked tokens are not scored
+    assert torch.allclose(logps, trl_logps, atol=2e-3) and torch.allclose(entropy, trl_entropy, atol=2e-3)
+    assert all(bool(g.abs().sum() > 0) for g in grads)  # LoRA A and B in every layer got a gradient
+    for grad, trl_grad in zip(grads, trl_grads, strict=True):
+        assert torch.allclose(grad, trl_grad, rtol=1e-3, atol=1e-3 * float(trl_grad.abs().max()))
+
+
+def test_generation_with_each_prompt_prefilled_once_writes_what_generate_writes() -> None:
+    """Greedy decoding of grouped, left-padded prompts: the same rows, tokens and padding as one plain generate call,
+    and the model's own generate is back after the block."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from conductor_mcp.learning import shared_prefix
+
+    path = convert_gguf.convert()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    texts = ["The capital of France is", "Count: one, two,", "The capital of France is", "Count: one, two,"]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
+    config = GenerationConfig(
+        max_new_tokens=6,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        disable_compile=True,
+    )
+    with torch.no_grad():
+        plain = model.generate(**batch, generation_config=config)
+        with shared_prefix.shared_prefix_generation(model):
+            shared = model.generate(**batch, generation_config=config)
+    assert torch.equal(shared, plain) and "generate" not in vars(model)
+    assert shared_prefix.prompt_groups(batch["input_ids"], batch["attention_mask"])[1][1] == [1, 3]
