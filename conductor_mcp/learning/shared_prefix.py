@@ -53,9 +53,10 @@ def completion_logps(
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each completion token's log-probability and the entropy of its distribution (zero where masked), by TRL's
-    fused head (`add_fused_lm_head`: temperature, soft-capping and scoring only the completion positions)."""
+    fused head (`add_fused_lm_head`: temperature, soft-capping and scoring only the completion positions). The
+    entropy is None where the head does not compute it (TRL's separate reference model)."""
     logps, entropies, order = [], [], []
     for prompt, rows in prompt_groups(prompt_ids, prompt_mask):
         cache = prefix_cache(model, prompt, len(rows))
@@ -67,7 +68,7 @@ def completion_logps(
         entropies.append(out.entropy)
         order.extend(rows)
     back = torch.argsort(torch.tensor(order))
-    return torch.cat(logps)[back], torch.cat(entropies)[back]
+    return torch.cat(logps)[back], None if any(e is None for e in entropies) else torch.cat(entropies)[back]
 
 
 def generate_with_shared_prefixes(

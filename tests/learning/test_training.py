@@ -504,3 +504,21 @@ def test_generation_with_each_prompt_prefilled_once_writes_what_generate_writes(
             shared = model.generate(**batch, generation_config=config)
     assert torch.equal(shared, plain) and "generate" not in vars(model)
     assert shared_prefix.prompt_groups(batch["input_ids"], batch["attention_mask"])[1][1] == [1, 3]
+
+
+def test_the_grpo_step_benchmark_prints_both_ways_and_their_agreement() -> None:
+    """tools/bench_grpo_step.py at a tiny size: both passes' ratios, and how far apart the two ways' log-probs are."""
+    bench = Path(__file__).parents[2] / "tools" / "bench_grpo_step.py"
+    tiny = ("--questions", "2", "--group-size", "2", "--prompt-tokens", "20", "--completion-tokens", "3")
+    done = subprocess.run(
+        [sys.executable, str(bench), *tiny, "--repeats", "1"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert "2 prompts of ~20 tokens x 2 rollouts of 3 tokens (4 rows)" in done.stdout
+    assert [line.split(":")[0].strip() for line in done.stdout.splitlines() if "ratio" in line] == [
+        "generate",
+        "logps",
+        "both",
+    ]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("largest log-probability difference") and float(last.rsplit(": ", 1)[1]) < 1e-3
