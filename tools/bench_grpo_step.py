@@ -1,15 +1,17 @@
 """A GRPO step's model passes with each group's prompt computed once, against TRL's, side by side in one run.
 
 The embedded Gemma 3 270M with a LoRA on every linear layer and TRL's fused head (as tools/train_conductor.py trains
-it), on random prompts and completions of a step's shape (default: 4 questions x 16 rollouts, 185-token prompts,
-8-token completions, the composed testbed's). Interleaved, each repeat times
+it), on random prompts and completions of half a step's shape (default: 2 questions x 16 rollouts, 185-token
+prompts, 8-token completions; the composed testbed's step has 4 questions, and TRL's side of it keeps ~20 GB of
+activations: the kernel killed it for memory on a 23.5 GB machine with a training run beside it). Interleaved,
+each repeat times
   1. sampling the completions: transformers' generate on the left-padded batch, as TRL calls it, against
      learning/shared_prefix.py's generate, which prefills each distinct prompt once;
   2. the log-probabilities with their backward: TRL's way (every rollout with its whole prompt) against
      shared_prefix.completion_logps;
 and prints the medians, their ratios, and how far the two ways' log-probabilities are apart.
 
-    python tools/bench_grpo_step.py [--questions 4] [--group-size 16] [--prompt-tokens 185] [--repeats 3]
+    python tools/bench_grpo_step.py [--questions 2] [--group-size 16] [--prompt-tokens 185] [--repeats 3]
 
 Needs the `train` extra and tools/convert_gguf.py's model folder.
 """
@@ -92,7 +94,7 @@ def timed_generate(model: Any, batch: dict[str, torch.Tensor], config: Generatio
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--questions", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=185)
     parser.add_argument("--completion-tokens", type=int, default=8)
