@@ -2,10 +2,10 @@
 
 A GRPO group is G rollouts of one prompt. On the composed testbed a prompt is ~180 tokens and a completion ~8, so
 TRL's passes (sampling the rollouts, their log-probabilities and the backward through them) spend most of a step
-recomputing one prompt G times (a py-spy profile put 97% of a step in these passes, and ~95% of their tokens
-are prompt tokens). Here a prompt's keys and values are
-computed once, repeated for its rollouts, and only the completions run on top: the same log-probabilities and the
-same gradients (every rollout's gradient flows back through the one prompt pass) from ~1/10 of the tokens.
+recomputing one prompt G times: a py-spy profile put 97% of a step in these passes, and ~95% of their tokens are
+prompt tokens. Here a prompt's keys and values are computed once, repeated for its rollouts, and only the
+completions run on top: the same log-probabilities and the same gradients (every rollout's gradient flows back
+through the one prompt pass) from ~1/10 of the tokens.
 
 Gradient checkpointing drops caches in training mode, so with it the trainer keeps TRL's own passes.
 Imported only where the `train` extra is installed (learning/training.py).
@@ -24,14 +24,11 @@ from trl import GRPOTrainer
 
 def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[tuple[torch.Tensor, list[int]]]:
     """The distinct prompts (their padding removed) and the rows that hold each, in the order first seen."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    prompts: dict[tuple[int, ...], torch.Tensor] = {}
+    groups: dict[tuple[int, ...], tuple[torch.Tensor, list[int]]] = {}
     for row in range(prompt_ids.size(0)):
         prompt = prompt_ids[row][prompt_mask[row].bool()]
-        key = tuple(prompt.tolist())
-        groups.setdefault(key, []).append(row)
-        prompts.setdefault(key, prompt)
-    return [(prompts[key], rows) for key, rows in groups.items()]
+        groups.setdefault(tuple(prompt.tolist()), (prompt, []))[1].append(row)
+    return list(groups.values())
 
 
 def prefix_cache(model: Any, prompt: torch.Tensor, repeats: int) -> DynamicCache:
