@@ -1,6 +1,8 @@
-"""Judge a training run: trained vs warm start, baselines and oracles (see conductor_mcp/learning/judge.py).
+"""Judge a training run: trained vs warm start, baselines and oracles (see conductor_mcp/learning/judge.py); with
+--pool, its committed adapters re-judged on another pool file (conductor_mcp/learning/rejudge.py, the train extra).
 
 python tools/judge_learning.py --run tools/results/grpo-cpu-sim-composed
+python tools/judge_learning.py --run tools/results/grpo-cpu-sim-composed-v2/roles-seed-1 --pool FILE --out DIR
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from conductor_mcp.runtime.logs import configure_logging
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("error")
-    print(markdown(asyncio.run(judge(args))), end="")
+    if args.pool is not None:
+        from conductor_mcp.learning.rejudge import rejudge
+
+        report = rejudge(args)
+    else:
+        report = asyncio.run(judge(args))
+    print(markdown(report), end="")
     return 0
 
 

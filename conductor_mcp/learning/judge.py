@@ -48,7 +48,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run", type=Path, required=True, help="a tools/train_conductor.py --out folder")
     parser.add_argument("--oracle-tasks", type=int, default=512, help="training tasks the oracles choose on")
     parser.add_argument("--concurrency", type=int, default=8)
-    return parser.parse_args(argv)
+    again = parser.add_argument_group(
+        "re-judging on another pool (learning/rejudge.py; needs the train extra to run the committed adapters)"
+    )
+    again.add_argument("--pool", type=Path, help="a pool file of simulated workers to draw the held-out sub-pools from")
+    again.add_argument("--out", type=Path, help="where the re-judgement goes (not the run's own folder)")
+    again.add_argument("--base-model", help="the base model the adapters were trained on (default: the recipe's)")
+    again.add_argument("--eval-tasks", type=int, help="the first N of the run's held-out tasks (default: all)")
+    args = parser.parse_args(argv)
+    if (args.out is not None or args.base_model or args.eval_tasks) and args.pool is None:
+        parser.error("--out, --base-model and --eval-tasks re-judge on another pool: give --pool FILE")
+    if args.pool is not None and args.out is None:
+        parser.error("--pool needs --out DIR: a re-judgement never writes into the run it judges")
+    return args
+
+
+def run_recipe(run: Path) -> argparse.Namespace:
+    """A run's options: from its card once it is finished, from recipe.json while it trains."""
+    card_file = run / "card.json"
+    if card_file.exists():
+        return argparse.Namespace(**json.loads(card_file.read_text())["recipe"])
+    if not (run / "recipe.json").exists():
+        raise RequestError(f"{run}: neither card.json nor recipe.json: not a tools/train_conductor.py --out folder")
+    return argparse.Namespace(**json.loads((run / "recipe.json").read_text()))
 
 
 def held_out_pools(recipe: argparse.Namespace, pool: Pool, tasks: list[dict[str, Any]]) -> list[Pool]:
@@ -101,8 +123,7 @@ async def judge(args: argparse.Namespace) -> dict[str, Any]:
     """The judgement of the run in args.run: of its policies' held-out files where they exist (the baselines and
     oracles alone, from its recipe.json, while it still trains)."""
     card_file = args.run / "card.json"
-    recipe_data = json.loads(card_file.read_text())["recipe"] if card_file.exists() else None
-    recipe = argparse.Namespace(**(recipe_data or json.loads((args.run / "recipe.json").read_text())))
+    recipe = run_recipe(args.run)
     pool = load_pool(recipe.pool, [builtin_pool_dir()])
     tasks = held_out_set(recipe.sim_set, recipe.eval_tasks, recipe.seed, recipe.sim_domains)
     written = {name: _rows(args.run / file) for name, file in POLICIES.items() if (args.run / file).exists()}

@@ -222,6 +222,28 @@ def greedy_completions(
     return done
 
 
+def held_out_workflows(
+    args: argparse.Namespace, model: Any, tokenizer: Any, pool: Pool, tasks: list[dict[str, Any]], shuffled: bool
+) -> tuple[list[Pool], list[dict[str, Any]]]:
+    """The held-out tasks' sub-pools and, for each task, the policy's greedy workflow as OUT/held_out_<label>.jsonl
+    keeps it: what it wrote, the workflow that runs, the conductor's token counts and the sub-pool's worker order
+    (what the judge and tools/evaluate.py --workflows score it on)."""
+    subs, prompts_read = evaluation_prompts(args, tokenizer, pool, tasks, shuffled)
+    written = greedy_completions(args, model, tokenizer, prompts_read)
+    rows = []
+    for task, w, sub in zip(tasks, written, subs, strict=True):
+        text = completion_text(args, w["completion"], sub, task)
+        row = {"task_id": task["id"], **w, "written": w["completion"], "completion": text}
+        rows.append(row | {"pool_workers": list(worker_order(sub))})
+    return subs, rows
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """A held-out file: one JSON row per task, in the tasks' order (the judge pairs strategies by task id)."""
+    with path.open("w") as sink:
+        sink.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def evaluate_policy(
     args: argparse.Namespace,
     model: Any,
@@ -239,14 +261,9 @@ def evaluate_policy(
     (subpools.shuffled_descriptions, seeded by the task id, as the judge's scripted ablation) and its workflow runs on
     the real sub-pool: a policy that reads the descriptions is misled, one that ignores them is not.
     """
-    subs, prompts_read = evaluation_prompts(args, tokenizer, pool, tasks, shuffled)
-    written = greedy_completions(args, model, tokenizer, prompts_read)
-    completions = [completion_text(args, w["completion"], p, t) for w, p, t in zip(written, subs, tasks, strict=True)]
-    outcomes = scorer(completions, tasks, subs)
-    with (args.out / f"held_out_{label}.jsonl").open("w") as sink:  # with each task's sub-pool, for evaluate.py
-        for task, w, text, sub in zip(tasks, written, completions, subs, strict=True):
-            row = {"task_id": task["id"], **w, "written": w["completion"], "completion": text}
-            sink.write(json.dumps(row | {"pool_workers": list(worker_order(sub))}) + "\n")
+    subs, rows = held_out_workflows(args, model, tokenizer, pool, tasks, shuffled)
+    outcomes = scorer([r["completion"] for r in rows], tasks, subs)
+    write_rows(args.out / f"held_out_{label}.jsonl", rows)
     by_domain: dict[str, list[bool]] = {}
     for task, outcome in zip(tasks, outcomes, strict=True):
         by_domain.setdefault(task.get("domain") or "all", []).append(outcome.correct)
@@ -408,7 +425,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             if held_out and args.eval_warm_start:
                 evaluate("after_sft", lambda: policy)
         if progress.done("grpo"):
-            trained = _trained_adapter(args.base_model, args.out / "adapter")
+            trained = trained_adapter(args.base_model, args.out / "adapter")
         else:
             trained = _grpo(args, policy, pool, tokenizer, tasks, scorer, use_cpu, progress, session)
         if held_out:
@@ -439,7 +456,7 @@ def _phase(progress: resume.Progress, session: resume.Session, name: str, work: 
     return result
 
 
-def _trained_adapter(base_model: str, adapter: Path) -> Any:
+def trained_adapter(base_model: str, adapter: Path) -> Any:
     """The base model with an adapter a finished phase saved, trainable as it was when it was saved. Its config
     names the base model portably (`~/...`, card.name_base_model_portably); the loaded one names it as given."""
     from peft import PeftConfig, PeftModel
@@ -464,7 +481,7 @@ def _warm_start(
     conductor), or that adapter as an earlier session left it."""
     adapter = args.out / "sft-adapter"
     if progress.done("sft"):
-        return _trained_adapter(args.base_model, adapter)
+        return trained_adapter(args.base_model, adapter)
     policy: Any = None
 
     def sft() -> list[float]:

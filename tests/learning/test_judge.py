@@ -7,8 +7,12 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+import yaml
+
 from conductor_mcp.config import builtin_pool_dir
-from conductor_mcp.learning import card, comparison, decisions, gate, judge, subpools, train_options, training
+from conductor_mcp.errors import RequestError
+from conductor_mcp.learning import card, comparison, decisions, gate, judge, rejudge, subpools, train_options, training
 from conductor_mcp.learning.rewards import Outcome
 from conductor_mcp.service.catalogue import load_pool
 
@@ -121,6 +125,36 @@ async def test_baselines_and_oracles_are_judged_while_the_policy_trains(tmp_path
     kept = (tmp_path / "judge-cache.jsonl").read_text()
     again = await judge.judge(judge.parse_args(["--run", str(tmp_path), "--oracle-tasks", "8"]))
     assert again == report and (tmp_path / "judge-cache.jsonl").read_text() == kept
+
+
+def test_a_re_judgement_names_what_it_cannot_judge_before_it_loads_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every refusal comes before the train stack is touched, and none writes anything."""
+    run = tmp_path / "run"
+    run.mkdir()
+    fake_run(run, {})
+    again = ["--run", str(run), "--out", str(tmp_path / "again")]
+    with pytest.raises(SystemExit):
+        judge.parse_args([*again])  # --out alone would judge the run itself, not on another pool
+    assert "give --pool FILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        judge.parse_args(["--run", str(run), "--pool", "sim-composed-v2"])
+    assert "--pool needs --out DIR" in capsys.readouterr().err
+    with pytest.raises(RequestError, match="never writes into the run it judges"):
+        rejudge.rejudge(judge.parse_args(["--run", str(run), "--pool", "sim-composed-v2", "--out", str(run)]))
+    with pytest.raises(RequestError, match=r"workers \['answerer', 'brainstormer', 'checker'\] are not simulated"):
+        rejudge.rejudge(judge.parse_args([*again, "--pool", "local"]))
+    three = yaml.safe_load((builtin_pool_dir() / "sim.yaml").read_text())
+    three["workers"] = three["workers"][1:]  # the generalist, its default worker, is the last
+    (tmp_path / "three.yaml").write_text(yaml.safe_dump(three))
+    with pytest.raises(RequestError, match="3 workers, fewer than the run's 4-worker sub-pools"):
+        rejudge.rejudge(judge.parse_args([*again, "--pool", str(tmp_path / "three.yaml")]))
+    with pytest.raises(RequestError, match="no adapter/ or sft-adapter/ to run"):
+        rejudge.rejudge(judge.parse_args([*again, "--pool", "sim-composed-v2"]))
+    with pytest.raises(RequestError, match=r"neither card\.json nor recipe\.json"):
+        rejudge.rejudge(judge.parse_args(["--run", str(tmp_path / "again"), "--pool", "sim", "--out", str(run)]))
+    assert not (tmp_path / "again").exists()
 
 
 def test_paired_tests() -> None:

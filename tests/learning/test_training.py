@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytest.importorskip("trl")
 from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
-from conductor_mcp.learning import recipe, resume, shape_probe, subpools, train_options
+from conductor_mcp.learning import judge, recipe, rejudge, resume, shape_probe, subpools, train_options
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
@@ -418,6 +419,46 @@ def test_the_shuffled_evaluation_reads_each_sub_pool_with_its_descriptions_shuff
         assert read == train_conductor.policy_prompt(args, tokenizer, misled, task) != real
         assert real == train_conductor.policy_prompt(args, tokenizer, sub, task)
         assert all(w.description in read for w in sub.workers)  # the same descriptions, other workers
+
+
+def test_a_committed_run_is_re_judged_on_another_pool_file(tmp_path: Path) -> None:
+    """tools/judge_learning.py --pool: on the run's own pool the adapters write the run's own held-out files; on a
+    pool with other worker ids and descriptions they write for sub-pools of that pool, which the judge scores
+    beside the baselines; the run's folder is left as it was."""
+    run = tmp_path / "run"
+    run.mkdir()
+    train_conductor.train(resumable_run(run, "--eval-warm-start"))
+    before = {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+    own = tmp_path / "own"
+    judged = [*("--run", str(run), "--oracle-tasks", "8")]
+    rejudge.rejudge(judge.parse_args([*judged, "--pool", "sim-composed-v2", "--out", str(own)]))
+    for label in ("after", "after_sft", "after_shuffled"):
+        assert (own / f"held_out_{label}.jsonl").read_text() == (run / f"held_out_{label}.jsonl").read_text()
+
+    other = yaml.safe_load((builtin_pool_dir() / "sim-composed-v2.yaml").read_text())
+    for worker in other["workers"]:  # other names, other words around the same skills
+        worker["id"] = f"{worker['id']}-b"
+        worker["description"] = f"A model trained at length. {worker['description']} Priced per token."
+    other["default_worker"] = "generalist-b"
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    report = rejudge.rejudge(
+        judge.parse_args([*judged, "--pool", str(tmp_path / "other.yaml"), "--out", str(tmp_path / "other")])
+    )
+    trained_orders = {
+        subpools.worker_order(p)
+        for p in subpools.training_pools(resumable_run(run), load_pool(str(tmp_path / "other.yaml"), []), 0)
+    }
+    for label in ("after", "after_sft", "after_shuffled"):
+        rows = [json.loads(line) for line in (tmp_path / "other" / f"held_out_{label}.jsonl").read_text().splitlines()]
+        assert [r["task_id"] for r in rows] == [f"held-out-2-{i}" for i in range(3)]
+        assert all(w.endswith("-b") for r in rows for w in r["pool_workers"])
+        assert not {tuple(r["pool_workers"]) for r in rows} & trained_orders
+    strategies = report["strategies"]
+    assert {"trained", "warm start", "trained (descriptions shuffled)", "scripted conductor"} <= set(strategies)
+    assert all(m["tasks"] == 3 for m in strategies.values())
+    assert json.loads((tmp_path / "other" / "recipe.json").read_text())["pool"] == str(tmp_path / "other.yaml")
+    assert "| trained |" in (tmp_path / "other" / "judged.md").read_text()
+    assert {f: f.read_bytes() for f in run.rglob("*") if f.is_file()} == before
 
 
 def padded_prompts(lengths: list[int], repeats: int) -> tuple[Any, Any]:
