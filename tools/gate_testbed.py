@@ -1,6 +1,7 @@
 """The gate before any LLM time on a testbed (conductor_mcp/learning/gate.py): the scripted conductor against the
-best input-independent completion on training tasks, and a tiny feature policy trained with GRPO's group-relative
-advantage on the rollouts an LLM run would see, against the scripted conductor on held-out tasks and sub-pools.
+best input-independent completion on training tasks, a tiny feature policy trained with GRPO's group-relative
+advantage on the rollouts an LLM run would see against the scripted conductor on held-out tasks and sub-pools, and
+the role pattern chosen per class of task against the best one played everywhere.
 
     python tools/gate_testbed.py --out tools/results/gate/sim-composed-v2.md
 
