@@ -77,3 +77,9 @@ def test_the_class_oracle_leads_where_the_shape_that_pays_follows_the_difficulty
     assert {"S", "S S R"} <= set(numbers["class_oracle_patterns"]) or {"S", "S S S"} <= set(
         numbers["class_oracle_patterns"]
     )
+    # the third check also asks the feature policy to take half of the class oracle's lead from rewards
+    passing = {"scripted_train": 0.8, "best_fixed_train": 0.5, "policy_held_out": 0.83, "scripted_held_out": 0.8}
+    passing |= {"class_oracle_held_out": 0.85, "best_pattern_held_out": 0.8}
+    assert gate.verdict(passing) == (True, True, True)
+    assert gate.verdict(passing | {"policy_held_out": 0.81}) == (True, True, False)  # took 0.01 of 0.05
+    assert gate.verdict(passing | {"class_oracle_held_out": 0.82}) == (True, True, False)  # a lead of 0.02
