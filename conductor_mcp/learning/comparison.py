@@ -54,7 +54,7 @@ def roles(pool: Pool, domain: str) -> dict[str, str]:
     (else S), R the reviewer (else S)."""
     workers = workers_of(pool)
     specialist = testbed.best_for(workers, domain)
-    generalist = next((w for w, d in workers if "fair at everything" in d.lower()), specialist)
+    generalist = next((w for w, d in workers if testbed.GENERALIST_MARK in d.lower()), specialist)
     reviewer = next((w for w, d in workers if testbed.REVIEW_WORD in d.lower()), specialist)
     return {"S": specialist, "G": generalist, "R": reviewer}
 
@@ -81,7 +81,7 @@ def task_class(pool: Pool, task: dict[str, Any]) -> tuple[str, bool, bool, bool]
     return (
         str(task.get("difficulty")),
         any(f"strongest at {task.get('domain')}" in d for d in text),
-        any("fair at everything" in d for d in text),
+        any(testbed.GENERALIST_MARK in d for d in text),
         any(testbed.REVIEW_WORD in d for d in text),
     )
 

@@ -66,7 +66,7 @@ def role_of(description: str, domain: str) -> str:
     text = description.lower()
     if f"{testbed.SPECIALIST_MARK}{domain}" in text:
         return "S"
-    if "fair at everything" in text:
+    if testbed.GENERALIST_MARK in text:
         return "G"
     return "R" if testbed.REVIEW_WORD in text else "O"
 

@@ -32,6 +32,7 @@ from typing import Any
 from conductor_mcp.core.simulation import SimWorkerProfile
 
 REVIEW_WORD = "review"  # the reviewer's description contains it; the scripted conductor looks for it
+GENERALIST_MARK = "fair at everything"  # the generalist's description: "Fair at everything, best at nothing."
 SPECIALIST_MARK = "strongest at "  # a specialist's description: "Strongest at math."
 SEAL_KEY = b"conductor-mcp sim testbed: answers come from outputs"
 SEALED_ANSWER = re.compile(r"^Seal: ([0-9a-f]{16})\nANSWER:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
@@ -110,5 +111,5 @@ def best_for(workers: list[tuple[str, str]], domain: str) -> str:
     text = {w: d.lower() for w, d in workers}
     return next(
         (w for w in text if f"{SPECIALIST_MARK}{domain}" in text[w]),
-        next((w for w in text if "fair at everything" in text[w]), workers[0][0]),
+        next((w for w in text if GENERALIST_MARK in text[w]), workers[0][0]),
     )
