@@ -80,7 +80,7 @@ def task_class(pool: Pool, task: dict[str, Any]) -> tuple[str, bool, bool, bool]
     text = [w.description.lower() for w in pool.workers]
     return (
         str(task.get("difficulty")),
-        any(f"strongest at {task.get('domain')}" in d for d in text),
+        any(f"{testbed.SPECIALIST_MARK}{task.get('domain')}" in d for d in text),
         any(testbed.GENERALIST_MARK in d for d in text),
         any(testbed.REVIEW_WORD in d for d in text),
     )

@@ -248,7 +248,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     train_jobs = [(t, training[i]) for i, t in enumerate(tasks)]
     avoid = {subpools.worker_order(p) for p in training}
     held_out = [(t, subpools.held_out_pool(options, pool, t, avoid)) for t in train_options.held_out_tasks(options)]
-    score = scorer(options, cost_scale_usd=args.cost_scale_usd)
+    scale = args.cost_scale_usd or rules_of(args.sim_set).cost_scale_usd
+    score = scorer(options, cost_scale_usd=scale)
     fixed = {c: mean_reward(score, [c] * len(train_jobs), train_jobs) for c in fixed_completions(4)}
     best = max(fixed, key=fixed.__getitem__)
     scripted = comparison.scripted(3, True)
@@ -266,7 +267,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sim_set": args.sim_set,
         "tasks": len(tasks),
         "cost_weight": args.cost_weight,
-        "cost_scale_usd": args.cost_scale_usd or rules_of(args.sim_set).cost_scale_usd,
+        "cost_scale_usd": scale,
         "rollouts": rows * args.group_size,
         "fixed": dict(sorted(fixed.items(), key=lambda kv: -kv[1])),
         "best_fixed": best,
@@ -286,14 +287,20 @@ def verdict(numbers: dict[str, Any]) -> tuple[bool, bool, bool]:
     """(conducting pays, the feature policy learns it, reading the task pays beyond reading the pool)."""
     pays = numbers["scripted_train"] - numbers["best_fixed_train"] >= MARGIN
     learns = numbers["policy_held_out"] >= SHARE * numbers["scripted_held_out"]
-    lead = numbers["class_oracle_held_out"] - numbers["best_pattern_held_out"]
-    taken = numbers["policy_held_out"] - numbers["best_pattern_held_out"]
+    lead, taken = shape_lead(numbers)
     return pays, learns, lead >= SHAPE_MARGIN and taken >= SHAPE_SHARE * lead
+
+
+def shape_lead(numbers: dict[str, Any]) -> tuple[float, float]:
+    """The class oracle's lead over the best role pattern on held-out tasks, and how much of it the feature policy
+    took (its reward less the best role pattern's)."""
+    best = numbers["best_pattern_held_out"]
+    return numbers["class_oracle_held_out"] - best, numbers["policy_held_out"] - best
 
 
 def markdown(numbers: dict[str, Any], command: str) -> str:
     pays, learns, shape = verdict(numbers)
-    lead = numbers["class_oracle_held_out"] - numbers["best_pattern_held_out"]
+    lead, taken = shape_lead(numbers)
     patterns = ", ".join(f"`{p}`" for p in numbers["class_oracle_patterns"])
     reached = next((r for r, v in numbers["curve"] if v >= SHARE * numbers["scripted_held_out"]), None)
     lines = [
@@ -324,7 +331,7 @@ def markdown(numbers: dict[str, Any], command: str) -> str:
         f"{f'first reached after {reached} rollouts' if reached else 'never reached'}.",
         f"- Reading the task pays beyond reading the pool, learnably (class oracle - best role pattern >= "
         f"{SHAPE_MARGIN} on held-out tasks, and the feature policy takes >= {SHAPE_SHARE:.0%} of that lead): lead "
-        f"{lead:+.3f}, taken {numbers['policy_held_out'] - numbers['best_pattern_held_out']:+.3f}, "
+        f"{lead:+.3f}, taken {taken:+.3f}, "
         f"{'PASS' if shape else 'FAIL'}.",
         f"- Feature policy's learning curve (rollouts, held-out greedy reward): {numbers['curve']}",
         f"- Its greedy completions: {numbers['policy_distinct']} distinct; specialist as first solver on "
