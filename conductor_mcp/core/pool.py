@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from conductor_mcp.core.agent_spec import AgentCli, AgentSpec, SandboxMode, WorkspaceTool
 from conductor_mcp.core.host_model import HOST_MODEL, HOST_ONLY_FIELDS, HostPreferences, check_host_worker
 from conductor_mcp.core.limits import AGENT_TIMEOUT_S, MAX_DOCUMENT_DEPTH, MAX_DOCUMENT_VALUES, MAX_STEPS
-from conductor_mcp.core.simulation import SimulationConfig
+from conductor_mcp.core.simulation import SimulationConfig, SimWorkerProfile
 from conductor_mcp.errors import PoolError
 
 MASK = "***"
@@ -82,6 +82,8 @@ _WORKSPACE_FIELDS = (
     "max_tool_turns",
     *HOST_ONLY_FIELDS,
 )  # added after pools were digested
+# A sim profile's fields added after pools were digested: they count in the digest only where a pool sets them.
+_LATER_PROFILE_FIELDS = ("review_skills", "difficulty_factors", "longer_when_harder")
 _MODEL_ONLY = ("api_base", "api_key_env", "api_key_file", "params", "prompt_style", "max_retries", "max_concurrency")
 
 
@@ -261,16 +263,17 @@ class Pool(BaseModel):
 
     def digest(self) -> str:
         """Identifies the pool's content, so a stored run says exactly which pool it ran on. Fields added since
-        runs were recorded count only where set (a worker's workspace fields, a sim profile's review skills): pools
-        that set none keep the digests their runs and cards recorded."""
+        runs were recorded count only where set (a worker's workspace fields, a sim profile's review skills and
+        difficulty curve): pools that set none keep the digests their runs and cards recorded."""
         view = self.model_dump(mode="json")
         for worker in view["workers"]:
             for name in _WORKSPACE_FIELDS:
                 if worker[name] == WorkerSpec.model_fields[name].get_default(call_default_factory=True):
                     del worker[name]
         for profile in (view.get("simulation") or {}).get("workers", {}).values():
-            if not profile.get("review_skills"):
-                profile.pop("review_skills", None)
+            for name in _LATER_PROFILE_FIELDS:
+                if profile.get(name) == SimWorkerProfile.model_fields[name].get_default(call_default_factory=True):
+                    profile.pop(name, None)
         canonical = json.dumps(view, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -22,6 +22,13 @@ class SimWorkerProfile(BaseModel):
     difficulty_adjusted: bool = Field(
         default=True, description="easy tasks raise the skill and hard ones lower it; false keeps it exact (testbeds)"
     )
+    difficulty_factors: dict[str, float] = Field(
+        default_factory=dict,
+        description="the skill's factor per difficulty, in place of the default adjustment (a testbed's own curve)",
+    )
+    longer_when_harder: bool = Field(
+        default=True, description="harder tasks get longer answers (more tokens, more cost); false: the same length"
+    )
     focus_bonus: float = Field(
         default=0.0, ge=0, le=1, description="added to the skill when the instruction names the task's pitfall"
     )
@@ -44,6 +51,8 @@ class SimWorkerProfile(BaseModel):
         skill = self.skill(domain)
         if not self.difficulty_adjusted:
             return skill
+        if self.difficulty_factors:
+            return min(1.0, skill * self.difficulty_factors.get(difficulty, 1.0))
         if difficulty == "easy":
             return skill + (1 - skill) * 0.5
         return skill * DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[1]

@@ -137,10 +137,13 @@ class SetRules:
     cost_scale_usd: float = 0.01
 
 
-COMPOSED_SETS = ("composed", "composed-v2")
+COMPOSED_SETS = ("composed", "composed-v2", "composed-v3")
 SIM_SETS = {"plain": task_set, "structured": structured_task_set, **dict.fromkeys(COMPOSED_SETS, composed_task_set)}
 SET_DOMAINS = {"plain": SIM_DOMAINS, "structured": SIM_DOMAINS, **dict.fromkeys(COMPOSED_SETS, COMPOSED_DOMAINS)}
-SET_RULES = {"composed-v2": SetRules(specialist_share=0.85, cost_scale_usd=0.04)}  # pool sim-composed-v2
+SET_RULES = {  # pools sim-composed-v2 and sim-composed-v3
+    "composed-v2": SetRules(specialist_share=0.85, cost_scale_usd=0.04),
+    "composed-v3": SetRules(specialist_share=0.85, cost_scale_usd=0.012),
+}
 
 
 def rules_of(name: str | None) -> SetRules:

@@ -57,7 +57,8 @@ def _data_options(parser: argparse.ArgumentParser) -> None:
         default="plain",
         help="structured: the testbed's tasks (pool sim-structured); composed: 288 templates, "
         "held-out ones never trained on (pool sim-composed); composed-v2: the same tasks under the rules where "
-        "conducting pays (pool sim-composed-v2: the specialist in 85%% of sub-pools, cost scale $0.04)",
+        "conducting pays (pool sim-composed-v2: the specialist in 85%% of sub-pools, cost scale $0.04); "
+        "composed-v3: the same tasks, their difficulty deciding the shape (pool sim-composed-v3, cost scale $0.012)",
     )
     parser.add_argument("--eval-tasks", type=int, default=0, help="with --sim-tasks: held-out tasks to score")
     parser.add_argument("--eval-dataset", action="append", help="held-out JSONL task file(s)")

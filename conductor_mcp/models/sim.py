@@ -89,7 +89,7 @@ def worker_answer(name: str, profile: SimWorkerProfile, prompt: str, metadata: d
     rng = _rng(name, prompt)
     shown, instruction = prompts.read_worker_prompt(prompt)
     difficulty = str(metadata.get("difficulty", "medium"))
-    token_factor = DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[0]
+    token_factor = DIFFICULTY.get(difficulty, DIFFICULTY["medium"])[0] if profile.longer_when_harder else 1.0
     focus = testbed.focused(instruction, metadata)
     skill, review_skill = testbed.skills(profile, str(metadata.get("domain", "general")), difficulty, focus)
     completion_tokens = max(1, int(profile.output_tokens * token_factor * rng.uniform(0.7, 1.3)))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.records import Run, StepRecord
@@ -106,16 +108,18 @@ def test_every_sim_sets_held_out_tasks_share_no_question_or_id_with_its_training
             assert not {t["question"] for t in train} & {t["question"] for t in held}, (name, seed)
             assert not {t["id"] for t in train} & {t["id"] for t in held}, (name, seed)
             assert len({t["question"] for t in held}) == 128
-    assert held_out_set("composed-v2", 16, 1) == held_out_set("composed", 16, 1)  # v2 changes rules, not tasks
+    for version in ("composed-v2", "composed-v3"):  # they change rules, not tasks
+        assert held_out_set(version, 16, 1) == held_out_set("composed", 16, 1)
 
 
 def subpool_args(pool: str, sim_set: str) -> list[str]:
     return ["--base-model", "m", "--pool", pool, "--sim-set", sim_set]
 
 
-def test_v2_sub_pools_hold_the_tasks_specialist_on_most_tasks_in_random_order() -> None:
+def test_v2_and_v3_sub_pools_hold_the_tasks_specialist_on_most_tasks_in_random_order() -> None:
     shares = {}
-    for pool_name, sim_set in (("sim-composed", "composed"), ("sim-composed-v2", "composed-v2")):
+    versions = (("sim-composed", "composed"), ("sim-composed-v2", "composed-v2"), ("sim-composed-v3", "composed-v3"))
+    for pool_name, sim_set in versions:
         options = [*subpool_args(pool_name, sim_set), "--sim-tasks", "400", "--eval-tasks", "400"]
         args = train_options.parse_args([*options, "--subpool-k", "4", "--permute-ids", "--steps", "1", "--out", "o"])
         pool = load_pool(pool_name, [builtin_pool_dir()])
@@ -127,7 +131,7 @@ def test_v2_sub_pools_hold_the_tasks_specialist_on_most_tasks_in_random_order() 
         shares[sim_set] = sum(subpools.specialist_of(p, t["domain"]) is not None for t, p in pairs) / len(pairs)
         assert len({subpools.worker_order(p)[0] for _, p in pairs}) == 8  # model_0 is anyone
         assert not {subpools.worker_order(p) for _, p in held} & avoid
-    assert 0.8 <= shares["composed-v2"] <= 0.9 and 0.45 <= shares["composed"] <= 0.55
+    assert 0.8 <= shares["composed-v2"] == shares["composed-v3"] <= 0.9 and 0.45 <= shares["composed"] <= 0.55
 
 
 def test_v2_rules_reviewing_depends_on_the_domain_naming_the_pitfall_adds_little_cost_does_not_saturate() -> None:
@@ -144,6 +148,30 @@ def test_v2_rules_reviewing_depends_on_the_domain_naming_the_pitfall_adds_little
     old, new = rules_of("composed").cost_scale_usd, rules_of("composed-v2").cost_scale_usd
     assert reward_of(True, three_steps, 0.2, old) == reward_of(True, moa, 0.2, old)  # saturated
     assert reward_of(True, three_steps, 0.2, new) > reward_of(True, moa, 0.2, new) + 0.05
+
+
+def test_v3_rules_the_difficulty_decides_the_shape_and_a_step_costs_the_same_on_every_task() -> None:
+    v3 = load_pool("sim-composed-v3", [builtin_pool_dir()]).simulation.workers  # type: ignore[union-attr]
+    coder, reviewer = v3["tb3-coder"], v3["tb3-reviewer"]
+    alone = {d: sim_testbed.skills(coder, "code", d, False) for d in ("easy", "medium", "hard", "expert")}
+    assert alone == {"easy": (0.99, 0.9), "medium": (0.97, 0.9), "hard": (0.55, 0.9), "expert": (0.4, 0.9)}
+    assert sim_testbed.skills(coder, "law", "medium", False) == (0.1 * 0.97, 0.3)
+    assert sim_testbed.skills(reviewer, "law", "hard", False) == (pytest.approx(0.075), 0.9)  # keeps 9 in 10 right
+    # the answer's length does not follow the difficulty on v3 (it does on v2): a step costs the same on every task
+    v2 = load_pool("sim-composed-v2", [builtin_pool_dir()]).simulation.workers  # type: ignore[union-attr]
+    solve = Workflow(reasoning="r", steps=[Step(worker="model_0", instruction="Solve it.")])
+    text = prompts.worker_messages("Code task t. Pitfall: types.", None, solve, 0, {})[0]["content"]
+    lengths = {
+        (version, difficulty): worker_answer("w", profile, text, {"difficulty": difficulty, "answer": "1"})[1]
+        for version, profile in (("v2", v2["tb2-coder"]), ("v3", coder))
+        for difficulty in ("easy", "expert")
+    }
+    assert lengths["v3", "easy"] == lengths["v3", "expert"] and lengths["v2", "easy"] < lengths["v2", "expert"]
+    # at recipe 5's cost weight (0.3) one more specialist step (~$0.0027) costs 0.06 of reward; MoA costs more
+    scale = rules_of("composed-v3").cost_scale_usd
+    one, three, moa = 0.0027, 3 * 0.0027, 5 * 0.0027
+    assert reward_of(True, one, 0.3, scale) - reward_of(True, 2 * one, 0.3, scale) > 0.06
+    assert reward_of(True, three, 0.3, scale) > reward_of(True, moa, 0.3, scale) + 0.05
 
 
 def test_held_out_pools_are_permuted_unlike_any_training_draw() -> None:
