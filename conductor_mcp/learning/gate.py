@@ -12,6 +12,8 @@
    held-out tasks, and the feature policy takes at least half of that lead. Without that, a warm start taught to
    read the pool can already play the best pattern everywhere, and GRPO can only find which fixed pattern that is,
    as recipe 4 on version 2 did from both seeds (tools/results/grpo-cpu-sim-composed-v2).
+The feature policy starts uniform over every completion, or (`--start roles`) where the LLM recipe's roles warm
+start starts: GRPO moves a policy from its warm start, and what it can learn in a budget depends on where it begins.
 If the feature policy cannot learn what a check asks, GRPO on an LLM cannot either: the testbed must change, not
 the claim.
 
@@ -34,7 +36,7 @@ from typing import Any
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core.pool import Pool
-from conductor_mcp.learning import comparison, decisions, sim_outcomes, subpools, train_options
+from conductor_mcp.learning import comparison, decisions, sim_outcomes, subpools, train_options, warm_start
 from conductor_mcp.learning.sim_tasks import rules_of
 from conductor_mcp.models import sim_testbed as testbed
 from conductor_mcp.service.catalogue import load_pool
@@ -85,17 +87,48 @@ def features(completion: str, pool: Pool, task: dict[str, Any]) -> list[str]:
     return found
 
 
+Prior = Callable[[Pool, dict[str, Any]], dict[str, float]]  # a start's probability of each completion it favours
+WARM_SPREAD = 0.1  # the share of a warm start's probability off the completions it was taught: an LLM tuned on them
+# still samples others now and then
+
+
+def roles_prior(pool: Pool, task: dict[str, Any]) -> dict[str, float]:
+    """What the roles warm start (learning/warm_start.py's roles_rows) was taught to write on this task: the
+    specialist and the reviewer as the descriptions name them, cast in one, two or three steps, each length
+    equally likely, each `+` flag a coin toss."""
+    cast = comparison.roles(pool, str(task["domain"]))
+    taught: dict[str, float] = defaultdict(float)
+    for length, roles in warm_start.CASTS.items():
+        for flags in itertools.product(("", "+"), repeat=length):
+            text = " ".join(f"{cast[role]}{flag}" for role, flag in zip(roles, flags, strict=True))
+            taught[text] += 1 / len(warm_start.CASTS) / 2**length
+    return taught
+
+
+STARTS: dict[str, Prior | None] = {"uniform": None, "roles": roles_prior}
+START_WORDS = {
+    "uniform": "uniform over every completion",
+    "roles": f"the roles warm start (its completions, {WARM_SPREAD:.0%} spread over the others)",
+}
+
+
 @dataclass
 class FeaturePolicy:
-    """A softmax over every completion, its logit the sum of its features' weights."""
+    """A softmax over every completion, its logit the sum of its features' weights, started from `prior` (a warm
+    start's distribution, mixed with WARM_SPREAD of uniform) or from uniform: the policy GRPO starts from."""
 
     k: int
     weights: dict[str, float] = field(default_factory=dict)
+    prior: Prior | None = None
 
     def probabilities(self, pool: Pool, task: dict[str, Any]) -> tuple[list[str], list[list[str]], list[float]]:
         completions = all_completions(self.k)
         found = [features(c, pool, task) for c in completions]
         logits = [sum(self.weights.get(f, 0.0) for f in fs) for fs in found]
+        if self.prior is not None:
+            taught, spread = self.prior(pool, task), WARM_SPREAD / len(completions)
+            start = [math.log((1 - WARM_SPREAD) * taught.get(c, 0.0) + spread) for c in completions]
+            logits = [a + b for a, b in zip(logits, start, strict=True)]
         top = max(logits)
         exps = [math.exp(x - top) for x in logits]
         total = sum(exps)
@@ -145,11 +178,19 @@ def scorer(recipe: argparse.Namespace, max_steps: int = 5, cost_scale_usd: float
 
 
 def train(
-    jobs: list[Job], score: Score, k: int, group_size: int, lr: float, seed: int, every: int, check: list[Job]
+    jobs: list[Job],
+    score: Score,
+    k: int,
+    group_size: int,
+    lr: float,
+    seed: int,
+    every: int,
+    check: list[Job],
+    prior: Prior | None = None,
 ) -> tuple[FeaturePolicy, list[tuple[int, float]]]:
-    """GRPO-style training of the feature policy on these rows (one group each, in order); every `every` rows, its
-    greedy mean reward on the `check` jobs: the learning curve as (rollouts, reward)."""
-    policy, rng = FeaturePolicy(k), random.Random(seed)
+    """GRPO-style training of the feature policy from `prior` on these rows (one group each, in order); every
+    `every` rows, its greedy mean reward on the `check` jobs: the learning curve as (rollouts, reward)."""
+    policy, rng = FeaturePolicy(k, prior=prior), random.Random(seed)
     curve = []
     for row, (task, pool) in enumerate(jobs, start=1):
         completions, _, probs = policy.probabilities(pool, task)
@@ -221,6 +262,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cost-scale-usd", type=float, help="the cost at which the cost term is full (default: the sim set's rule)"
     )
     parser.add_argument("--lr", type=float, default=2.0, help="the feature policy's learning rate")
+    parser.add_argument(
+        "--start",
+        choices=sorted(STARTS),
+        default="uniform",
+        help="where the feature policy starts: uniform over every completion, or the LLM recipe's roles warm start",
+    )
     parser.add_argument("--checks", type=int, default=8, help="points on the feature policy's learning curve")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown here")
@@ -260,7 +307,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = options.steps * options.questions
     grpo_jobs = [(tasks[i % len(tasks)], training[i]) for i in range(rows)]
     every = max(1, rows // args.checks)
-    policy, curve = train(grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out)
+    start = STARTS[args.start]
+    policy, curve = train(grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out, start)
     greedy = [policy.greedy(p, t) for t, p in held_out]
     return {
         "pool": args.pool,
@@ -269,6 +317,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cost_weight": args.cost_weight,
         "cost_scale_usd": scale,
         "rollouts": rows * args.group_size,
+        "start": args.start,
         "fixed": dict(sorted(fixed.items(), key=lambda kv: -kv[1])),
         "best_fixed": best,
         "best_fixed_train": fixed[best],
@@ -310,8 +359,8 @@ def markdown(numbers: dict[str, Any], command: str) -> str:
         "",
         f"{numbers['tasks']} training tasks (their training sub-pools) and {numbers['tasks']} held-out tasks (held-out "
         f"templates and sub-pools); mean reward at cost weight {numbers['cost_weight']} (full at "
-        f"${numbers['cost_scale_usd']}). The feature policy trained "
-        f"on {numbers['rollouts']} rollouts, the number the LLM run sees (steps x questions x group size).",
+        f"${numbers['cost_scale_usd']}). The feature policy trained on {numbers['rollouts']} rollouts, the number the "
+        f"LLM run sees (steps x questions x group size), from {START_WORDS[numbers.get('start', 'uniform')]}.",
         "",
         "| strategy | training tasks | held-out tasks |",
         "|---|---|---|",

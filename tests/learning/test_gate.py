@@ -1,6 +1,7 @@
 """The testbed gate: in-process outcomes equal the service's, and on a small sample the gate passes on the composed
 testbed v2 and fails on the composed testbed it replaces (where conducting barely pays); its third check (reading
-the task pays beyond reading the pool) fails on both and passes where the shape that pays follows the task."""
+the task pays beyond reading the pool) fails on both and passes where the shape that pays follows the task, as on
+v3, whose committed gate result reproduces."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import dataclasses
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core.pool import Pool
-from conductor_mcp.learning import comparison, decisions, gate, sim_outcomes, subpools, train_options
+from conductor_mcp.learning import comparison, decisions, gate, sim_outcomes, subpools, train_options, warm_start
 from conductor_mcp.learning.rewards import WorkflowReward
 from conductor_mcp.learning.sim_tasks import composed_task_set
 from conductor_mcp.service.catalogue import load_pool
@@ -83,3 +87,32 @@ def test_the_class_oracle_leads_where_the_shape_that_pays_follows_the_difficulty
     assert gate.verdict(passing) == (True, True, True)
     assert gate.verdict(passing | {"policy_held_out": 0.81}) == (True, True, False)  # took 0.01 of 0.05
     assert gate.verdict(passing | {"class_oracle_held_out": 0.82}) == (True, True, False)  # a lead of 0.02
+
+
+def test_the_roles_start_is_what_the_roles_warm_start_teaches() -> None:
+    pool = load_pool("sim-composed-v3", [builtin_pool_dir()]).sample(4, seed="roles", permute=True)
+    task = composed_task_set(1, seed=3)[0]
+    taught = gate.roles_prior(pool, task)
+    assert sum(taught.values()) == pytest.approx(1.0) and len(taught) == 2 + 4 + 8
+    cast = comparison.roles(pool, str(task["domain"]))
+    by_length: dict[int, float] = {}
+    for text, p in taught.items():
+        words = text.split()
+        assert [w.rstrip("+") for w in words] == [cast[role] for role in warm_start.CASTS[len(words)]]
+        by_length[len(words)] = by_length.get(len(words), 0.0) + p
+    assert by_length == pytest.approx({1: 1 / 3, 2: 1 / 3, 3: 1 / 3})
+    policy = gate.FeaturePolicy(4, prior=gate.roles_prior)
+    completions, _, probs = policy.probabilities(pool, task)
+    on_taught = sum(p for c, p in zip(completions, probs, strict=True) if c in taught)
+    assert on_taught == pytest.approx(1 - gate.WARM_SPREAD + gate.WARM_SPREAD * len(taught) / len(completions))
+
+
+def test_the_committed_v3_gate_result_reproduces_and_passes_all_three_checks() -> None:
+    """Recipe 5's gate (tools/results/gate/sim-composed-v3.md): its command run again gives the same file."""
+    committed = Path(__file__).parents[2] / "tools" / "results" / "gate" / "sim-composed-v3.md"
+    command = next(line.strip("`") for line in committed.read_text().splitlines() if line.startswith("`python"))
+    argv = command.removeprefix("python tools/gate_testbed.py ").split()
+    numbers = gate.run(gate.parse_args(argv))
+    assert gate.verdict(numbers) == (True, True, True)
+    assert gate.markdown(numbers, command) == committed.read_text()
+    assert numbers["policy_specialist_pick"] == 1.0 and numbers["start"] == "roles"
