@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, field_validator
 
 DIFFICULTY = {"easy": (0.5, 0.5), "medium": (1.0, 1.0), "hard": (2.0, 0.75), "expert": (2.5, 0.55)}  # (tokens, skill)
 
@@ -22,7 +22,7 @@ class SimWorkerProfile(BaseModel):
     difficulty_adjusted: bool = Field(
         default=True, description="easy tasks raise the skill and hard ones lower it; false keeps it exact (testbeds)"
     )
-    difficulty_factors: dict[str, float] = Field(
+    difficulty_factors: dict[str, NonNegativeFloat] = Field(
         default_factory=dict,
         description="the skill's factor per difficulty, in place of the default adjustment (a testbed's own curve)",
     )
@@ -42,6 +42,14 @@ class SimWorkerProfile(BaseModel):
     review_skills: dict[str, float] = Field(
         default_factory=dict, description="review skill per domain (a specialist checks its own domain best)"
     )
+
+    @field_validator("difficulty_factors")
+    @classmethod
+    def _known_difficulties(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(DIFFICULTY))
+        if unknown:
+            raise ValueError(f"unknown difficulties {unknown}: the tasks' difficulties are {list(DIFFICULTY)}")
+        return value
 
     def skill(self, domain: str) -> float:
         return min(1.0, max(0.0, self.skills.get(domain, self.default_skill)))

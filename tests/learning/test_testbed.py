@@ -7,10 +7,12 @@ import json
 import random
 
 import pytest
+from pydantic import ValidationError
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
 from conductor_mcp.core.records import Run, StepRecord
+from conductor_mcp.core.simulation import SimWorkerProfile
 from conductor_mcp.core.workflow import Step, Workflow
 from conductor_mcp.learning import decisions, subpools, train_options
 from conductor_mcp.learning.rewards import reward_of
@@ -156,6 +158,8 @@ def test_v3_rules_the_difficulty_decides_the_shape_and_a_step_costs_the_same_on_
     alone = {d: sim_testbed.skills(coder, "code", d, False) for d in ("easy", "medium", "hard", "expert")}
     assert alone == {"easy": (0.99, 0.9), "medium": (0.97, 0.9), "hard": (0.55, 0.9), "expert": (0.4, 0.9)}
     assert sim_testbed.skills(coder, "law", "medium", False) == (0.1 * 0.97, 0.3)
+    with pytest.raises(ValidationError, match=r"unknown difficulties \['hrad'\]"):  # a misspelt difficulty is refused
+        SimWorkerProfile(difficulty_factors={"hrad": 0.5})
     assert sim_testbed.skills(reviewer, "law", "hard", False) == (pytest.approx(0.075), 0.9)  # keeps 9 in 10 right
     # the answer's length does not follow the difficulty on v3 (it does on v2): a step costs the same on every task
     v2 = load_pool("sim-composed-v2", [builtin_pool_dir()]).simulation.workers  # type: ignore[union-attr]
