@@ -360,7 +360,7 @@ def markdown(numbers: dict[str, Any], command: str) -> str:
         f"{numbers['tasks']} training tasks (their training sub-pools) and {numbers['tasks']} held-out tasks (held-out "
         f"templates and sub-pools); mean reward at cost weight {numbers['cost_weight']} (full at "
         f"${numbers['cost_scale_usd']}). The feature policy trained on {numbers['rollouts']} rollouts, the number the "
-        f"LLM run sees (steps x questions x group size), from {START_WORDS[numbers.get('start', 'uniform')]}.",
+        f"LLM run sees (steps x questions x group size), from {START_WORDS[numbers['start']]}.",
         "",
         "| strategy | training tasks | held-out tasks |",
         "|---|---|---|",
