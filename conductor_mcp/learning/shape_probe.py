@@ -1,9 +1,12 @@
 """How likely a trained policy is to add steps after the first: the workflow shape GRPO chooses, read directly.
 
 Greedy held-out workflows show only the likelier shape, so a policy can move a long way without one of them
-changing. The probe teacher-forces the pool's scripted first step on each held-out task (the run's own prompts,
-from its card) and reads the probability of the two ways the JSON goes on: another step (`},`) or the end
-(`}]}`). It compares the warm start with the GRPO adapter of one run folder (tools/probe_shape.py).
+changing. The probe teacher-forces a first step on each held-out task (the run's own prompts, from its card) and
+reads the probability of the two ways the completion goes on. A JSON workflow: the pool's scripted first step,
+then another step (`},`) or the end (`}]}`). The decisions encoding: the first solver as the scripted conductor
+casts it, told the pitfall (`model_2+`), then another decision (` model`) or the end (EOS). Per difficulty, so it
+shows whether a policy's shape depends on the task. It compares the warm start with the GRPO adapter of one run
+folder (tools/probe_shape.py).
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from typing import Any
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
-from conductor_mcp.learning import train_options, training, warm_start
+from conductor_mcp.learning import comparison, train_options, training, warm_start
 from conductor_mcp.service.catalogue import load_pool
 
 CONTINUATIONS = {"another step": "},", "end": "}]}"}  # after the first step's `"access": [...]`
+ANOTHER_DECISION = " model"  # how every later decision starts (decisions.DECISION, after a space)
 ADAPTERS = {"warm start": "sft-adapter", "trained": "adapter"}
 
 
@@ -71,10 +75,17 @@ def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     pool = load_pool(args.pool, [builtin_pool_dir()])
     rows, pools = training.build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
+    decisions = args.completion == "decisions"
     contexts = [
-        row["prompt"] + first_step_prefix(pools[row["pool_name"]], task, args.max_steps_per_workflow)
+        row["prompt"]
+        + (
+            first_decision(pools[row["pool_name"]], task)
+            if decisions
+            else first_step_prefix(pools[row["pool_name"]], task, args.max_steps_per_workflow)
+        )
         for row, task in zip(rows, tasks, strict=True)
     ]
+    continuations = [ANOTHER_DECISION, tokenizer.eos_token] if decisions else list(CONTINUATIONS.values())
     report: dict[str, dict[str, dict[str, float]]] = {}
     for label, folder in ADAPTERS.items():
         if not (run_dir / folder).is_dir():
@@ -83,7 +94,7 @@ def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
         model.eval()
         by_difficulty: dict[str, list[list[float]]] = {}
         for context, task in zip(contexts, tasks, strict=True):
-            pair = continuation_probabilities(model, tokenizer, context, list(CONTINUATIONS.values()))
+            pair = continuation_probabilities(model, tokenizer, context, continuations)
             by_difficulty.setdefault(str(task.get("difficulty") or "all"), []).append(pair)
         report[label] = {d: _summary(pairs) for d, pairs in sorted(by_difficulty.items())}
     if not report:
@@ -95,6 +106,12 @@ def first_step_prefix(pool: Any, task: dict[str, Any], max_steps: int) -> str:
     """The scripted workflow's text up to the end of its first step, where the policy decides whether to go on."""
     one_step = warm_start.first_step_alone(warm_start.scripted_completion(pool, task, max_steps))
     return one_step.removesuffix(CONTINUATIONS["end"])
+
+
+def first_decision(pool: Any, task: dict[str, Any]) -> str:
+    """The decisions encoding's first decision as the scripted conductor casts it (the specialist, else the
+    generalist), told the pitfall: after it the policy decides whether the task gets more than one step."""
+    return f" {comparison.roles(pool, str(task.get('domain')))['S']}+"
 
 
 def _summary(pairs: list[list[float]]) -> dict[str, float]:
