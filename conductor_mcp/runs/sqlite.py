@@ -58,7 +58,7 @@ _SAVE_RUN = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
     "updated_at = excluded.updated_at, status = excluded.status, doc = excluded.doc"
 )
-_SAVE_STEP = (
+SAVE_STEP = (  # public: tools/bench_engine.py times it bare, as SQLite's floor under a step's writes
     "INSERT INTO steps (run_id, key, seq, status, record, messages) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (run_id, key) DO UPDATE SET status = excluded.status, record = excluded.record, "
     "messages = COALESCE(excluded.messages, steps.messages)"
@@ -147,7 +147,7 @@ class SqliteStore(Store):
         self._write(_SAVE_RUN, run_row(run), run.id)
 
     def save_step(self, run_id: str, seq: int, record: StepRecord, messages: list[dict[str, Any]] | None) -> None:
-        self._write(_SAVE_STEP, step_row(run_id, seq, record, messages), run_id)
+        self._write(SAVE_STEP, step_row(run_id, seq, record, messages), run_id)
 
     def save_steps(self, run_id: str, steps: list[tuple[int, StepRecord]], header: Run | None = None) -> None:
         """One transaction for them all and the header: a commit per row was a third of a step's store writes."""
@@ -160,7 +160,7 @@ class SqliteStore(Store):
                 if header is not None:
                     header.updated_at = now()
                     self._db.execute(_SAVE_RUN, run_row(header))
-                self._db.executemany(_SAVE_STEP, rows)
+                self._db.executemany(SAVE_STEP, rows)
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -177,7 +177,7 @@ class SqliteStore(Store):
                     run.updated_at = now()
                     self._db.execute(_SAVE_RUN, run_row(run))
                     for position in changed:
-                        self._db.execute(_SAVE_STEP, step_row(run_id, position, run.steps[position], None))
+                        self._db.execute(SAVE_STEP, step_row(run_id, position, run.steps[position], None))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
