@@ -314,6 +314,33 @@ def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
         assert [r["task_id"] for r in rows] == ["held-out-2-0", "held-out-2-1", "held-out-2-2"]
         assert all(len(r["pool_workers"]) == 4 and tuple(r["pool_workers"]) not in trained_orders for r in rows)
         assert all(r["completion_tokens"] <= 16 for r in rows)
+    check_the_decisions_probe(tmp_path, args)
+
+
+def check_the_decisions_probe(run_dir: Path, args: argparse.Namespace) -> None:
+    """On a decisions run the probe reports both adapters over the held-out tasks, and its P(another decision) and
+    P(end) are the model's next-token probabilities of ` model` and EOS after the first decision."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    report = shape_probe.probe(run_dir)
+    assert set(report) == {"warm start", "trained"}
+    assert all(sum(s["tasks"] for s in rows.values()) == args.eval_tasks for rows in report.values())
+    tokenizer = AutoTokenizer.from_pretrained(args.base_model)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(args.base_model), str(run_dir / "adapter"))
+    tasks = train_options.held_out_tasks(args)
+    pool = load_pool(args.pool, [builtin_pool_dir()])
+    rows, pools = train_conductor.build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
+    context = rows[0]["prompt"] + shape_probe.first_decision(pools[rows[0]["pool_name"]], tasks[0])
+    with torch.no_grad():
+        logits = model(**tokenizer(context, return_tensors="pt")).logits[0, -1]
+    next_token = torch.softmax(logits.float(), dim=-1)
+    [another] = tokenizer(shape_probe.ANOTHER_DECISION, add_special_tokens=False)["input_ids"]
+    continuations = [shape_probe.ANOTHER_DECISION, tokenizer.eos_token]
+    probed = shape_probe.continuation_probabilities(model, tokenizer, context, continuations)
+    expected = [float(next_token[another]), float(next_token[tokenizer.eos_token_id])]
+    assert probed == pytest.approx(expected, rel=1e-3)
 
 
 def test_a_step_with_each_prompt_computed_once_trains_the_adapter_trls_own_passes_train(tmp_path: Path) -> None:
