@@ -156,8 +156,9 @@ async def per_step(
 
 def bare_sqlite(rows: list[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> float:
     """CPU ms per step of SQLite alone making a step's two writes as the store does (its statement, autocommit,
-    WAL and synchronous=NORMAL): the started row with its messages, then the ended row, each over the pending row
-    the workflow's plan stored first (not timed). The floor under the store's share of a step."""
+    WAL and synchronous=NORMAL): the step's stored record with its messages (the write as it starts), then without
+    them (as it ends), each over the pending row the workflow's plan stored first (not timed). The floor under the
+    store's share of a step; both rows carry the finished record, a few bytes longer than the started one."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bare.sqlite3"
         SqliteStore(path).close()  # the schema
