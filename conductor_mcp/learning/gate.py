@@ -36,8 +36,16 @@ from typing import Any
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core.pool import Pool
-from conductor_mcp.learning import comparison, decisions, sim_outcomes, subpools, train_options, warm_start
-from conductor_mcp.learning.sim_tasks import rules_of
+from conductor_mcp.learning import (
+    comparison,
+    decisions,
+    shape_probe,
+    sim_outcomes,
+    subpools,
+    train_options,
+    warm_start,
+)
+from conductor_mcp.learning.sim_tasks import COMPOSED_DIFFICULTIES, rules_of
 from conductor_mcp.models import sim_testbed as testbed
 from conductor_mcp.service.catalogue import load_pool
 
@@ -73,18 +81,27 @@ def role_of(description: str, domain: str) -> str:
     return "R" if testbed.REVIEW_WORD in text else "O"
 
 
-def features(completion: str, pool: Pool, task: dict[str, Any]) -> list[str]:
-    """The features of one completion on one task: per step, the role of its worker and its flag, crossed with
-    the number of steps and the task's difficulty (all a scripted conductor reads)."""
+def features(
+    completion: str, pool: Pool, task: dict[str, Any], salience: float | None = None
+) -> list[tuple[str, float]]:
+    """The features of one completion on one task, with their values: per step, the role of its worker and its
+    flag, crossed with the number of steps and the task's difficulty (all a scripted conductor reads). With
+    `salience`, each feature crossed with the difficulty is worth that much, and a copy blind to the difficulty is
+    worth 1: an LLM's choice of shape is shared across its tasks, and the difficulty, one word of its prompt, moves
+    it more slowly."""
     parsed = decisions.parse(completion, pool.visible_ids()) or []
     roles = {
         i: role_of(w.description, str(task["domain"])) for i, w in zip(pool.visible_ids(), pool.workers, strict=True)
     }
-    shape = f"{task['difficulty']}|{len(parsed)} steps"
-    found = [shape]
+    weight = 1.0 if salience is None else salience
+    shape = f"{len(parsed)} steps"
+    found = [(f"{task['difficulty']}|{shape}", weight)]
+    blind = [(shape, 1.0)]
     for step, (worker, told) in enumerate(parsed):
-        found += [f"{shape}|step {step}|{roles[worker]}", f"step {step}|{roles[worker]}", f"told {told}"]
-    return found
+        role, cast = roles[worker], f"{shape}|step {step}|{roles[worker]}"
+        found += [(f"{task['difficulty']}|{cast}", weight), (f"step {step}|{role}", 1.0), (f"told {told}", 1.0)]
+        blind.append((cast, 1.0))
+    return found if salience is None else found + blind
 
 
 Prior = Callable[[Pool, dict[str, Any]], dict[str, float]]  # a start's probability of each completion it favours
@@ -114,17 +131,21 @@ START_WORDS = {
 
 @dataclass
 class FeaturePolicy:
-    """A softmax over every completion, its logit the sum of its features' weights, started from `prior` (a warm
-    start's distribution, mixed with WARM_SPREAD of uniform) or from uniform: the policy GRPO starts from."""
+    """A softmax over every completion, its logit the sum of its features' weights times their values, started
+    from `prior` (a warm start's distribution, mixed with WARM_SPREAD of uniform) or from uniform: the policy GRPO
+    starts from; with `salience`, one that reads the difficulty as an LLM does (`features`)."""
 
     k: int
     weights: dict[str, float] = field(default_factory=dict)
     prior: Prior | None = None
+    salience: float | None = None
 
-    def probabilities(self, pool: Pool, task: dict[str, Any]) -> tuple[list[str], list[list[str]], list[float]]:
+    def probabilities(
+        self, pool: Pool, task: dict[str, Any]
+    ) -> tuple[list[str], list[list[tuple[str, float]]], list[float]]:
         completions = all_completions(self.k)
-        found = [features(c, pool, task) for c in completions]
-        logits = [sum(self.weights.get(f, 0.0) for f in fs) for fs in found]
+        found = [features(c, pool, task, self.salience) for c in completions]
+        logits = [sum(self.weights.get(f, 0.0) * value for f, value in fs) for fs in found]
         if self.prior is not None:
             taught, spread = self.prior(pool, task), WARM_SPREAD / len(completions)
             start = [math.log((1 - WARM_SPREAD) * taught.get(c, 0.0) + spread) for c in completions]
@@ -144,18 +165,18 @@ class FeaturePolicy:
         _, found, probs = self.probabilities(pool, task)
         expected: defaultdict[str, float] = defaultdict(float)
         for fs, p in zip(found, probs, strict=True):
-            for f in fs:
-                expected[f] += p
+            for f, value in fs:
+                expected[f] += p * value
         mean = statistics.fmean(rewards)
         step: defaultdict[str, float] = defaultdict(float)
         for index, reward in zip(group, rewards, strict=True):
             advantage = (reward - mean) / len(group)
-            for f in found[index]:
-                step[f] += advantage
+            for f, value in found[index]:
+                step[f] += advantage * value
             for f, p in expected.items():
                 step[f] -= advantage * p
-        for f, value in step.items():
-            self.weights[f] = self.weights.get(f, 0.0) + lr * value
+        for f, change in step.items():
+            self.weights[f] = self.weights.get(f, 0.0) + lr * change
 
 
 Score = Callable[[str, dict[str, Any], Pool], float]
@@ -187,10 +208,12 @@ def train(
     every: int,
     check: list[Job],
     prior: Prior | None = None,
+    salience: float | None = None,
 ) -> tuple[FeaturePolicy, list[tuple[int, float]]]:
-    """GRPO-style training of the feature policy from `prior` on these rows (one group each, in order); every
-    `every` rows, its greedy mean reward on the `check` jobs: the learning curve as (rollouts, reward)."""
-    policy, rng = FeaturePolicy(k, prior=prior), random.Random(seed)
+    """GRPO-style training of the feature policy from `prior` (reading the difficulty at `salience`) on these rows
+    (one group each, in order); every `every` rows, its greedy mean reward on the `check` jobs: the learning curve
+    as (rollouts, reward)."""
+    policy, rng = FeaturePolicy(k, prior=prior, salience=salience), random.Random(seed)
     curve = []
     for row, (task, pool) in enumerate(jobs, start=1):
         completions, _, probs = policy.probabilities(pool, task)
@@ -204,6 +227,29 @@ def train(
 
 def mean_reward(score: Score, texts: list[str], jobs: list[Job]) -> float:
     return statistics.fmean(score(text, task, pool) for text, (task, pool) in zip(texts, jobs, strict=True))
+
+
+def shape_by_difficulty(policy: FeaturePolicy, jobs: list[Job]) -> dict[str, dict[str, float]]:
+    """Per difficulty, the greedy completion's mean number of steps and the policy's probability of ending after
+    the first decision as the scripted conductor casts it, given that decision: what learning/shape_probe.py reads
+    of an LLM conductor, so the two can be compared."""
+    found: defaultdict[str, list[tuple[int, float]]] = defaultdict(list)
+    for task, pool in jobs:
+        completions, _, probs = policy.probabilities(pool, task)
+        first = shape_probe.first_decision(pool, task).strip()
+        after_first = [(c, p) for c, p in zip(completions, probs, strict=True) if c.split()[0] == first]
+        end = sum(p for c, p in after_first if c == first) / sum(p for _, p in after_first)
+        greedy = completions[max(range(len(probs)), key=probs.__getitem__)]
+        found[str(task["difficulty"])].append((len(greedy.split()), end))
+    return {
+        difficulty: {"steps": statistics.fmean(s for s, _ in rows), "end": statistics.fmean(e for _, e in rows)}
+        for difficulty, rows in sorted(found.items(), key=lambda item: _difficulty_rank(item[0]))
+    }
+
+
+def _difficulty_rank(difficulty: str) -> tuple[int, str]:
+    known = COMPOSED_DIFFICULTIES
+    return (known.index(difficulty) if difficulty in known else len(known), difficulty)
 
 
 def specialist_pick_rate(texts: list[str], jobs: list[Job]) -> float | None:
@@ -268,6 +314,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="uniform",
         help="where the feature policy starts: uniform over every completion, or the LLM recipe's roles warm start",
     )
+    parser.add_argument(
+        "--difficulty-salience",
+        type=float,
+        help="read the difficulty as an LLM does: shape features shared across difficulties, and the ones crossed "
+        "with the difficulty worth this much (0 < S <= 1; default: a policy with only the crossed ones)",
+    )
     parser.add_argument("--checks", type=int, default=8, help="points on the feature policy's learning curve")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown here")
@@ -308,7 +360,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     grpo_jobs = [(tasks[i % len(tasks)], training[i]) for i in range(rows)]
     every = max(1, rows // args.checks)
     start = STARTS[args.start]
-    policy, curve = train(grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out, start)
+    salience = args.difficulty_salience
+    policy, curve = train(grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out, start, salience)
     greedy = [policy.greedy(p, t) for t, p in held_out]
     return {
         "pool": args.pool,
@@ -318,6 +371,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cost_scale_usd": scale,
         "rollouts": rows * args.group_size,
         "start": args.start,
+        "difficulty_salience": salience,
         "fixed": dict(sorted(fixed.items(), key=lambda kv: -kv[1])),
         "best_fixed": best,
         "best_fixed_train": fixed[best],
@@ -328,6 +382,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "curve": curve,
         "policy_distinct": len(set(greedy)),
         "policy_specialist_pick": specialist_pick_rate(greedy, held_out),
+        "policy_shape": shape_by_difficulty(policy, held_out),
         "weights": dict(sorted(policy.weights.items(), key=lambda kv: -abs(kv[1]))[:12]),
     } | shape_headroom(score, train_jobs, held_out)
 
@@ -347,6 +402,15 @@ def shape_lead(numbers: dict[str, Any]) -> tuple[float, float]:
     return numbers["class_oracle_held_out"] - best, numbers["policy_held_out"] - best
 
 
+def salience_words(salience: float | None) -> str:
+    if salience is None:
+        return ""
+    return (
+        f" It reads the difficulty as an LLM does, at salience {salience}: its shape features are shared across "
+        f"difficulties, and their copies crossed with the difficulty are worth {salience}."
+    )
+
+
 def markdown(numbers: dict[str, Any], command: str) -> str:
     pays, learns, shape = verdict(numbers)
     lead, taken = shape_lead(numbers)
@@ -360,7 +424,8 @@ def markdown(numbers: dict[str, Any], command: str) -> str:
         f"{numbers['tasks']} training tasks (their training sub-pools) and {numbers['tasks']} held-out tasks (held-out "
         f"templates and sub-pools); mean reward at cost weight {numbers['cost_weight']} (full at "
         f"${numbers['cost_scale_usd']}). The feature policy trained on {numbers['rollouts']} rollouts, the number the "
-        f"LLM run sees (steps x questions x group size), from {START_WORDS[numbers['start']]}.",
+        f"LLM run sees (steps x questions x group size), from {START_WORDS[numbers['start']]}."
+        + salience_words(numbers["difficulty_salience"]),
         "",
         "| strategy | training tasks | held-out tasks |",
         "|---|---|---|",
@@ -385,6 +450,10 @@ def markdown(numbers: dict[str, Any], command: str) -> str:
         f"- Feature policy's learning curve (rollouts, held-out greedy reward): {numbers['curve']}",
         f"- Its greedy completions: {numbers['policy_distinct']} distinct; specialist as first solver on "
         f"{numbers['policy_specialist_pick']:.1%} of held-out tasks whose sub-pool holds it.",
+        "- Its shape per difficulty (greedy steps; P(end) after the scripted conductor's first decision, as "
+        "tools/probe_shape.py reads an LLM conductor): "
+        + ", ".join(f"{d} {v['steps']:.2f}, {v['end']:.2f}" for d, v in numbers["policy_shape"].items())
+        + ".",
         f"- Its heaviest feature weights: { ({k: round(v, 2) for k, v in numbers['weights'].items()}) }",
         f"- The {len(numbers['fixed'])} fixed completions (one per repetition pattern and flags), best first: "
         f"{ ({k: round(v, 3) for k, v in list(numbers['fixed'].items())[:10]}) } ...",

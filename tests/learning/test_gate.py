@@ -116,3 +116,56 @@ def test_the_committed_v3_gate_result_reproduces_and_passes_all_three_checks() -
     assert gate.verdict(numbers) == (True, True, True)
     assert gate.markdown(numbers, command) == committed.read_text()
     assert numbers["policy_specialist_pick"] == 1.0 and numbers["start"] == "roles"
+
+
+def test_a_policy_that_reads_the_difficulty_as_an_llm_shares_its_shape_across_difficulties() -> None:
+    """With a salience, every feature crossed with the difficulty is worth that much and has a copy blind to it;
+    without one, the features are the gate's own. A group's update moves each crossed weight by the salience times
+    its blind copy's move: the two are on the same completions."""
+    pool = load_pool("sim-composed-v3", [builtin_pool_dir()]).sample(4, seed="salience", permute=True)
+    task = composed_task_set(1, seed=5)[0]
+    text, difficulty = "model_0+ model_1 model_2", str(task["difficulty"])
+    plain = gate.features(text, pool, task)
+    assert {value for _, value in plain} == {1.0} and plain[0][0] == f"{difficulty}|3 steps"
+    salient = gate.features(text, pool, task, 0.25)
+    crossed = [name for name, value in salient if name.startswith(f"{difficulty}|")]
+    assert [name for name, _ in salient[: len(plain)]] == [name for name, _ in plain]
+    assert len(crossed) == 4 and all(value == 0.25 for name, value in salient if name in crossed)
+    blind = sorted(c.removeprefix(f"{difficulty}|") for c in crossed)
+    assert sorted(name for name, _ in salient[len(plain) :]) == blind
+    policy = gate.FeaturePolicy(4, prior=gate.roles_prior, salience=0.25)
+    completions, _, _ = policy.probabilities(pool, task)
+    group = list(range(0, len(completions), 37))
+    policy.update(pool, task, group, [random.Random(i).random() for i in group], lr=2.0)
+    moved = [name for name in policy.weights if name.startswith(f"{difficulty}|") and policy.weights[name]]
+    assert len(moved) > 10
+    for name in moved:
+        blind = policy.weights[name.removeprefix(f"{difficulty}|")]
+        assert policy.weights[name] == pytest.approx(0.25 * blind, rel=1e-9)
+
+
+def test_the_shape_of_the_roles_start_is_what_its_prior_says_on_every_difficulty() -> None:
+    """Before any update the policy is its start: after the specialist told the pitfall it ends with the prior's
+    odds (one cast in three is that decision alone), and its greedy completion is one step."""
+    args = gate.recipe(gate.parse_args(["--pool", "sim-composed-v3", "--sim-set", "composed-v3", "--tasks", "24"]))
+    pool = load_pool("sim-composed-v3", [builtin_pool_dir()])
+    jobs = [(t, subpools.held_out_pool(args, pool, t, set())) for t in train_options.held_out_tasks(args)]
+    shape = gate.shape_by_difficulty(gate.FeaturePolicy(4, prior=gate.roles_prior), jobs)
+    spread = gate.WARM_SPREAD / len(gate.all_completions(4))
+    starting_with_it = 1 + 8 + 8**2  # completions whose first decision is the specialist told the pitfall
+    taught = 1 - gate.WARM_SPREAD
+    end = (taught / 6 + spread) / (taught / 2 + starting_with_it * spread)
+    assert list(shape) == [d for d in ("easy", "medium", "hard", "expert") if d in shape] and len(shape) >= 3
+    for figures in shape.values():
+        assert figures == pytest.approx({"steps": 1.0, "end": end})
+
+
+def test_the_committed_salience_gate_reproduces_recipe_5s_three_steps_everywhere() -> None:
+    """tools/results/gate/sim-composed-v3-salience05-seed1.md: recipe 5's gate again with the difficulty read at
+    salience 0.5 plays three steps on every difficulty, as recipe 5's LLM did; the committed file reproduces."""
+    committed = Path(__file__).parents[2] / "tools" / "results" / "gate" / "sim-composed-v3-salience05-seed1.md"
+    command = next(line.strip("`") for line in committed.read_text().splitlines() if line.startswith("`python"))
+    numbers = gate.run(gate.parse_args(command.removeprefix("python tools/gate_testbed.py ").split()))
+    assert gate.markdown(numbers, command) == committed.read_text()
+    assert numbers["difficulty_salience"] == 0.5 and numbers["cost_weight"] == 0.3
+    assert all(figures["steps"] > 2.9 and figures["end"] < 0.05 for figures in numbers["policy_shape"].values())
