@@ -14,6 +14,8 @@
    as recipe 4 on version 2 did from both seeds (tools/results/grpo-cpu-sim-composed-v2).
 The feature policy starts uniform over every completion, or (`--start roles`) where the LLM recipe's roles warm
 start starts: GRPO moves a policy from its warm start, and what it can learn in a budget depends on where it begins.
+With `--difficulty-salience` it reads the difficulty as an LLM conductor does (`features`): recipe 5's LLM learned
+no per-difficulty shape where the plain feature policy did, and the handicapped one reproduces that.
 If the feature policy cannot learn what a check asks, GRPO on an LLM cannot either: the testbed must change, not
 the claim.
 
@@ -323,7 +325,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checks", type=int, default=8, help="points on the feature policy's learning curve")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.difficulty_salience is not None and not 0 < args.difficulty_salience <= 1:
+        parser.error(f"--difficulty-salience must be in (0, 1], not {args.difficulty_salience}")
+    return args
 
 
 def recipe(args: argparse.Namespace) -> argparse.Namespace:

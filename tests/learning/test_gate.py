@@ -169,3 +169,10 @@ def test_the_committed_salience_gate_reproduces_recipe_5s_three_steps_everywhere
     assert gate.markdown(numbers, command) == committed.read_text()
     assert numbers["difficulty_salience"] == 0.5 and numbers["cost_weight"] == 0.3
     assert all(figures["steps"] > 2.9 and figures["end"] < 0.05 for figures in numbers["policy_shape"].values())
+
+
+def test_a_salience_outside_zero_to_one_is_refused_with_its_value() -> None:
+    for wrong in ("0", "1.5", "-0.2"):
+        with pytest.raises(SystemExit):
+            gate.parse_args(["--difficulty-salience", wrong])
+    assert gate.parse_args(["--difficulty-salience", "1"]).difficulty_salience == 1.0
