@@ -141,6 +141,7 @@ class FeaturePolicy:
     weights: dict[str, float] = field(default_factory=dict)
     prior: Prior | None = None
     salience: float | None = None
+    beta: float = 0.0  # the LLM recipe's --beta: the KL term's weight, toward where the policy started
 
     def probabilities(
         self, pool: Pool, task: dict[str, Any]
@@ -163,7 +164,9 @@ class FeaturePolicy:
 
     def update(self, pool: Pool, task: dict[str, Any], group: list[int], rewards: list[float], lr: float) -> None:
         """One group's step: the gradient of the group-relative advantage times the log-probability of each
-        completion, (reward - group mean) x (its features - the policy's expected features)."""
+        completion, (reward - group mean) x (its features - the policy's expected features). With `beta`, plus
+        beta x (the starting policy's expected features - this one's): in expectation the gradient of TRL's KL
+        estimate (k3, per token), which is that of KL(start || policy)."""
         _, found, probs = self.probabilities(pool, task)
         expected: defaultdict[str, float] = defaultdict(float)
         for fs, p in zip(found, probs, strict=True):
@@ -177,6 +180,11 @@ class FeaturePolicy:
                 step[f] += advantage * value
             for f, p in expected.items():
                 step[f] -= advantage * p
+        if self.beta:
+            _, _, start = FeaturePolicy(self.k, prior=self.prior, salience=self.salience).probabilities(pool, task)
+            for fs, p, q in zip(found, probs, start, strict=True):
+                for f, value in fs:
+                    step[f] += self.beta * (q - p) * value
         for f, change in step.items():
             self.weights[f] = self.weights.get(f, 0.0) + lr * change
 
@@ -211,11 +219,12 @@ def train(
     check: list[Job],
     prior: Prior | None = None,
     salience: float | None = None,
+    beta: float = 0.0,
 ) -> tuple[FeaturePolicy, list[tuple[int, float]]]:
-    """GRPO-style training of the feature policy from `prior` (reading the difficulty at `salience`) on these rows
-    (one group each, in order); every `every` rows, its greedy mean reward on the `check` jobs: the learning curve
-    as (rollouts, reward)."""
-    policy, rng = FeaturePolicy(k, prior=prior, salience=salience), random.Random(seed)
+    """GRPO-style training of the feature policy from `prior` (reading the difficulty at `salience`, held toward
+    its start by `beta`) on these rows (one group each, in order); every `every` rows, its greedy mean reward on
+    the `check` jobs: the learning curve as (rollouts, reward)."""
+    policy, rng = FeaturePolicy(k, prior=prior, salience=salience, beta=beta), random.Random(seed)
     curve = []
     for row, (task, pool) in enumerate(jobs, start=1):
         completions, _, probs = policy.probabilities(pool, task)
@@ -322,6 +331,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="read the difficulty as an LLM does: shape features shared across difficulties, and the ones crossed "
         "with the difficulty worth this much (0 < S <= 1; default: a policy with only the crossed ones)",
     )
+    parser.add_argument("--beta", type=float, default=0.0, help="the LLM run's KL weight toward its start")
     parser.add_argument("--checks", type=int, default=8, help="points on the feature policy's learning curve")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown here")
@@ -366,7 +376,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     every = max(1, rows // args.checks)
     start = STARTS[args.start]
     salience = args.difficulty_salience
-    policy, curve = train(grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out, start, salience)
+    policy, curve = train(
+        grpo_jobs, score, 4, args.group_size, args.lr, args.seed, every, held_out, start, salience, args.beta
+    )
     greedy = [policy.greedy(p, t) for t, p in held_out]
     return {
         "pool": args.pool,
@@ -377,6 +389,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rollouts": rows * args.group_size,
         "start": args.start,
         "difficulty_salience": salience,
+        "beta": args.beta,
         "fixed": dict(sorted(fixed.items(), key=lambda kv: -kv[1])),
         "best_fixed": best,
         "best_fixed_train": fixed[best],
@@ -407,13 +420,17 @@ def shape_lead(numbers: dict[str, Any]) -> tuple[float, float]:
     return numbers["class_oracle_held_out"] - best, numbers["policy_held_out"] - best
 
 
-def salience_words(salience: float | None) -> str:
-    if salience is None:
-        return ""
-    return (
-        f" It reads the difficulty as an LLM does, at salience {salience}: its shape features are shared across "
-        f"difficulties, and their copies crossed with the difficulty are worth {salience}."
-    )
+def handicap_words(salience: float | None, beta: float) -> str:
+    """What the report says of the options that make the feature policy more like the LLM run."""
+    words = ""
+    if salience is not None:
+        words += (
+            f" It reads the difficulty as an LLM does, at salience {salience}: its shape features are shared across "
+            f"difficulties, and their copies crossed with the difficulty are worth {salience}."
+        )
+    if beta:
+        words += f" A KL term of weight {beta} holds it toward its start, as `--beta` does in the LLM run."
+    return words
 
 
 def markdown(numbers: dict[str, Any], command: str) -> str:
@@ -430,7 +447,7 @@ def markdown(numbers: dict[str, Any], command: str) -> str:
         f"templates and sub-pools); mean reward at cost weight {numbers['cost_weight']} (full at "
         f"${numbers['cost_scale_usd']}). The feature policy trained on {numbers['rollouts']} rollouts, the number the "
         f"LLM run sees (steps x questions x group size), from {START_WORDS[numbers['start']]}."
-        + salience_words(numbers["difficulty_salience"]),
+        + handicap_words(numbers["difficulty_salience"], numbers["beta"]),
         "",
         "| strategy | training tasks | held-out tasks |",
         "|---|---|---|",

@@ -176,3 +176,28 @@ def test_a_salience_outside_zero_to_one_is_refused_with_its_value() -> None:
         with pytest.raises(SystemExit):
             gate.parse_args(["--difficulty-salience", wrong])
     assert gate.parse_args(["--difficulty-salience", "1"]).difficulty_salience == 1.0
+
+
+def test_the_kl_term_is_the_gradient_of_kl_from_the_start_to_the_policy() -> None:
+    """With equal rewards (no advantage) a step moves each weight by lr x beta x the gradient of -KL(start ||
+    policy), checked by finite differences; without beta it does not move at all."""
+    pool = load_pool("sim-composed-v3", [builtin_pool_dir()]).sample(4, seed="kl", permute=True)
+    task = composed_task_set(1, seed=8)[0]
+    moved = {f"{task['difficulty']}|1 steps": 0.8, "3 steps": -0.5, "step 0|S": 0.6, "told True": 0.3}
+
+    def kl_from_start(weights: dict[str, float]) -> float:
+        _, _, start = gate.FeaturePolicy(4, prior=gate.roles_prior, salience=0.5).probabilities(pool, task)
+        policy = gate.FeaturePolicy(4, weights=dict(weights), prior=gate.roles_prior, salience=0.5)
+        _, _, probs = policy.probabilities(pool, task)
+        return sum(q * math.log(q / p) for q, p in zip(start, probs, strict=True))
+
+    still = gate.FeaturePolicy(4, weights=dict(moved), prior=gate.roles_prior, salience=0.5)
+    still.update(pool, task, [0, 5, 9], [0.5, 0.5, 0.5], lr=1.0)
+    assert {name: w for name, w in still.weights.items() if w} == moved
+    held = gate.FeaturePolicy(4, weights=dict(moved), prior=gate.roles_prior, salience=0.5, beta=0.1)
+    held.update(pool, task, [0, 5, 9], [0.5, 0.5, 0.5], lr=1.0)
+    for name, value in moved.items():
+        up, down = dict(moved) | {name: value + 1e-5}, dict(moved) | {name: value - 1e-5}
+        gradient = (kl_from_start(up) - kl_from_start(down)) / 2e-5
+        assert held.weights[name] - value == pytest.approx(-0.1 * gradient, rel=1e-4, abs=1e-9)
+    assert kl_from_start(held.weights) < kl_from_start(moved)
