@@ -123,12 +123,13 @@ class Scorer:
     """Scores completions with the workflow reward on one event loop that lives as long as the process.
 
     TRL calls the reward during training and the held-out evaluation calls it around training; one loop keeps
-    litellm's background workers and the per-loop endpoint limits valid for both.
+    litellm's background workers and the per-loop endpoint limits valid for both. The service's store (every
+    rollout's run, tens of MB over a run) lives in a folder of the scorer's own, removed when it closes.
     """
 
     def __init__(self, args: argparse.Namespace) -> None:
-        state_dir = Path(tempfile.mkdtemp(prefix="conductor-train-"))
-        settings = Settings.from_env(state_dir=state_dir, sim_time_scale=0.0)  # rewards need no latency
+        self._state = tempfile.TemporaryDirectory(prefix="conductor-train-")
+        settings = Settings.from_env(state_dir=Path(self._state.name), sim_time_scale=0.0)  # rewards need no latency
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="conductor-rewards", daemon=True).start()
         self._lifespan = contextlib.AsyncExitStack()  # the service lives on the scorer's loop until close()
@@ -148,9 +149,12 @@ class Scorer:
         return self._on_loop(self.reward.score_batch(completions, tasks, pools))
 
     def close(self) -> None:
-        """Close the service (its store and lease) and stop the loop."""
-        self._on_loop(self._lifespan.aclose())
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Close the service (its store and lease), stop the loop and remove the store's folder."""
+        try:
+            self._on_loop(self._lifespan.aclose())
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        finally:
+            self._state.cleanup()
 
 
 class RewardFunction:
