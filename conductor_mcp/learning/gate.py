@@ -100,7 +100,8 @@ def features(
     found = [(f"{task['difficulty']}|{shape}", weight)]
     blind = [(shape, 1.0)]
     for step, (worker, told) in enumerate(parsed):
-        role, cast = roles[worker], f"{shape}|step {step}|{roles[worker]}"
+        role = roles[worker]
+        cast = f"{shape}|step {step}|{role}"
         found += [(f"{task['difficulty']}|{cast}", weight), (f"step {step}|{role}", 1.0), (f"told {told}", 1.0)]
         blind.append((cast, 1.0))
     return found if salience is None else found + blind
@@ -149,14 +150,15 @@ class FeaturePolicy:
         completions = all_completions(self.k)
         found = [features(c, pool, task, self.salience) for c in completions]
         logits = [sum(self.weights.get(f, 0.0) * value for f, value in fs) for fs in found]
-        if self.prior is not None:
-            taught, spread = self.prior(pool, task), WARM_SPREAD / len(completions)
-            start = [math.log((1 - WARM_SPREAD) * taught.get(c, 0.0) + spread) for c in completions]
-            logits = [a + b for a, b in zip(logits, start, strict=True)]
-        top = max(logits)
-        exps = [math.exp(x - top) for x in logits]
-        total = sum(exps)
-        return completions, found, [e / total for e in exps]
+        start = self._start_logits(completions, pool, task)
+        return completions, found, _softmax([a + b for a, b in zip(logits, start, strict=True)])
+
+    def _start_logits(self, completions: list[str], pool: Pool, task: dict[str, Any]) -> list[float]:
+        """Where the policy started, as logits: its prior mixed with WARM_SPREAD of uniform, or uniform."""
+        if self.prior is None:
+            return [0.0] * len(completions)
+        taught, spread = self.prior(pool, task), WARM_SPREAD / len(completions)
+        return [math.log((1 - WARM_SPREAD) * taught.get(c, 0.0) + spread) for c in completions]
 
     def greedy(self, pool: Pool, task: dict[str, Any]) -> str:
         completions, _, probs = self.probabilities(pool, task)
@@ -181,12 +183,19 @@ class FeaturePolicy:
             for f, p in expected.items():
                 step[f] -= advantage * p
         if self.beta:
-            _, _, start = FeaturePolicy(self.k, prior=self.prior, salience=self.salience).probabilities(pool, task)
+            start = _softmax(self._start_logits(all_completions(self.k), pool, task))
             for fs, p, q in zip(found, probs, start, strict=True):
                 for f, value in fs:
                     step[f] += self.beta * (q - p) * value
         for f, change in step.items():
             self.weights[f] = self.weights.get(f, 0.0) + lr * change
+
+
+def _softmax(logits: list[float]) -> list[float]:
+    top = max(logits)
+    exps = [math.exp(x - top) for x in logits]
+    total = sum(exps)
+    return [e / total for e in exps]
 
 
 Score = Callable[[str, dict[str, Any], Pool], float]
