@@ -10,6 +10,12 @@ pool, time scale 0: what remains is loading the model backends and the run's own
 `MCPServer` tool, the quickest server this SDK makes. Prints the median of each and the ratios to the bare server;
 the target is initialize <= 1.5x. `--against DIR` adds `serve` of the package in DIR (another checkout, e.g.
 `git archive <commit> | tar -x -C DIR`), run by this Python from DIR, to compare before and after a change.
+
+Every server first starts once untimed, with a bytecode cache of its own in the benchmark's temporary folder
+(PYTHONPYCACHEPREFIX, and PYTHONDONTWRITEBYTECODE unset for the servers): the timed starts read compiled modules, as
+an installed package does (pip compiles a wheel's modules; an editable install writes its cache on the first run).
+Without it, a machine that sets PYTHONDONTWRITEBYTECODE compiles our modules (over a hundred on the handshake's
+path) from source at every start, which the bare server (all in site-packages, compiled at install) never does.
 """
 
 from __future__ import annotations
@@ -99,16 +105,21 @@ async def main() -> int:
         bare = Path(tmp) / "bare_server.py"
         bare.write_text(BARE_SERVER)
         env = {**os.environ, "CONDUCTOR_STATE_DIR": str(Path(tmp) / "state"), "CONDUCTOR_SIM_TIME_SCALE": "0"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")
         servers = {"serve": Server(serve), "bare SDK server": Server([sys.executable, str(bare)], orchestrates=False)}
         if args.against is not None:
             servers[f"serve ({args.against})"] = Server(serve, cwd=args.against.absolute())
+        for server in servers.values():  # untimed: writes each one's bytecode cache
+            await start_once(server, env)
         samples: dict[str, list[list[float]]] = {name: [] for name in servers}
         for _ in range(args.reps):
             for name, server in servers.items():
                 samples[name].append(await start_once(server, env))
     medians = {name: [statistics.median(s[i] for s in runs) for i in range(5)] for name, runs in samples.items()}
     base = medians["bare SDK server"]
-    print(f"median of {args.reps} starts, each over stdio with the SDK's client (load {os.getloadavg()[0]:.2f})")
+    load = os.getloadavg()[0]
+    print(f"median of {args.reps} starts, each over stdio with the SDK's client, bytecode cached (load {load:.2f})")
     print(f"{'':30}{'initialize':>11}{'tools/list':>11}{'CPU then':>10}{'1st run':>9}{'CPU then':>10}   init/bare")
     for name, (initialized, listed, cpu, answered, run_cpu) in medians.items():
         times = f"{initialized:10.2f}s{listed:10.2f}s{cpu:9.2f}s{answered:8.2f}s{run_cpu:9.2f}s"
