@@ -244,7 +244,24 @@ def install(args: argparse.Namespace, settings: Settings) -> list[str]:
         )
     host_config.write(path, host_config.with_entry(document, path, planned.table, reg.name, planned.entry))
     lines = [f"{'replaced' if conflict else 'added'} MCP server {reg.name!r} ({args.host}) in {path}", *planned.notes]
+    lines += byte_compile_problem()
     return lines + ([f"check it with: {CHECK[args.host]}"] if args.host in CHECK else [])
+
+
+def byte_compile_problem() -> list[str]:
+    """Compile the package's modules where it is installed, so every start by the host reads bytecode: where
+    PYTHONDONTWRITEBYTECODE is set (CI, many container images) Python never caches them itself, and an editable
+    install then compiles over a hundred modules before `initialize` at every start (0.1-0.3 s, enough for a host
+    that starts its turn without servers that are not ready). Up-to-date files are left as they are. The line to
+    print if some could not be written (nothing when all could)."""
+    import compileall
+
+    import conductor_mcp
+
+    package = Path(conductor_mcp.__file__).parent
+    if compileall.compile_dir(package, quiet=2, workers=1):
+        return []
+    return [f"note: could not byte-compile {package} (not writable?): the server will compile it at every start"]
 
 
 def add_parser(sub: Any) -> None:

@@ -293,3 +293,21 @@ def test_codex_servers_written_as_an_inline_table_get_the_entry_inline(home: Pat
     installed(home, "codex", "--config", str(path))
     servers = tomllib.loads(path.read_text())["mcp_servers"]
     assert servers["other"] == {"command": "other-server"} and servers["conductor"]["args"] == ["serve"]
+
+
+def test_install_compiles_the_package_so_starts_read_bytecode(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set, nothing else would write the cache the host's starts need."""
+    import importlib.util
+
+    import conductor_mcp.service.service as a_module
+
+    cache = tmp_path / "bytecode"
+    env = {**host_env(home), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(cache)}
+    argv = [sys.executable, "-m", "conductor_mcp", "install", "cursor"]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=home, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "byte-compile" not in result.stdout
+    monkeypatch.setattr(sys, "pycache_prefix", str(cache))  # where the server's interpreter looks for it
+    assert Path(importlib.util.cache_from_source(a_module.__file__)).is_file()  # install wrote it: Python would not
