@@ -235,20 +235,24 @@ def install(args: argparse.Namespace, settings: Settings) -> list[str]:
     if args.dry_run:
         verb = "would replace (with --force) the entry in" if conflict else "would write to"
         return [f"{verb} {path}:", host_config.snippet(path, planned.table, reg.name, planned.entry), *planned.notes]
-    if existing == planned.entry:
-        return [f"{args.host} already has MCP server {reg.name!r} in {path} as it would be written", *planned.notes]
     if conflict and not args.force:
         raise RequestError(
             f"{path} already has an MCP server named {reg.name!r} ({_describe(existing or {})}): pass --force to "
             f"replace it, or --name to register this one under another name"
         )
+    compiled = byte_compile()  # an entry written by an older install gets its package compiled too
+    if existing == planned.entry:
+        return [
+            f"{args.host} already has MCP server {reg.name!r} in {path} as it would be written",
+            *planned.notes,
+            *compiled,
+        ]
     host_config.write(path, host_config.with_entry(document, path, planned.table, reg.name, planned.entry))
     lines = [f"{'replaced' if conflict else 'added'} MCP server {reg.name!r} ({args.host}) in {path}", *planned.notes]
-    lines += byte_compile_problem()
-    return lines + ([f"check it with: {CHECK[args.host]}"] if args.host in CHECK else [])
+    return lines + compiled + ([f"check it with: {CHECK[args.host]}"] if args.host in CHECK else [])
 
 
-def byte_compile_problem() -> list[str]:
+def byte_compile() -> list[str]:
     """Compile the package's modules where it is installed, so every start by the host reads bytecode: where
     PYTHONDONTWRITEBYTECODE is set (CI, many container images) Python never caches them itself, and an editable
     install then compiles over a hundred modules before `initialize` at every start (0.1-0.3 s, enough for a host
