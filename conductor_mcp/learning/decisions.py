@@ -12,6 +12,16 @@ about 12 tokens in all:
 The shape follows from the count and the instructions are the testbed's own wording (models/sim_testbed.py), so
 every decision the policy can make is one a scripted conductor can also write; the reward path is the server's
 (the filled-in workflow is parsed, validated and run like any other).
+
+The assessed variant (`--completion assessed`) has the policy write how hard the task is before its decisions,
+after a prefilled `Difficulty:`:
+
+    hard. Steps: model_2+ model_3+ model_0
+
+The word is the policy's own read of the task (the composed testbed's tasks state it); the reward ignores it and
+runs the decisions alone. It is there because the shape that pays depends on the difficulty, and a 270M policy
+reads one word of a long prompt slowly (recipes 5-7, tools/results/grpo-cpu-sim-composed-v3/RUN.md), while the
+token it has just written itself sits next to the decision that needs it.
 """
 
 from __future__ import annotations
@@ -23,27 +33,64 @@ from typing import Any
 
 from conductor_mcp.core.pool import Pool
 from conductor_mcp.errors import PoolError
+from conductor_mcp.learning.sim_tasks import COMPOSED_DIFFICULTIES
 from conductor_mcp.models import sim_testbed as testbed
 
+ENCODINGS = ("decisions", "assessed")  # the --completion values this module reads and writes
 PREFILL = "Steps:"
+ASSESSED_PREFILL = "Difficulty:"
+STEPS_MARK = "Steps:"  # between the assessed difficulty and the decisions
 MAX_DECISIONS = 3
 DECISION = re.compile(r"^(model_\d+)(\+?)$")
+ASSESSMENT = re.compile(rf"^\s*({'|'.join(COMPOSED_DIFFICULTIES)})\.\s+{STEPS_MARK}(\s.*)$", re.DOTALL)
+STEPS_RULES = (
+    "one to three steps, each a worker id, with + after it to tell that worker the task's pitfall. "
+    "One step: that worker solves. Two: the first solves, the second reviews its answer. Three: the first two "
+    "solve independently, the third reviews both."
+)
 SYSTEM = (
     "You are the Conductor: choose which workers solve the task.\nWorkers:\n{workers}\n"
-    "Write one to three steps, each a worker id, with + after it to tell that worker the task's pitfall. "
-    "One step: that worker solves. Two: the first solves, the second reviews its answer. Three: the first two "
-    "solve independently, the third reviews both.\nExample: Steps: model_1+ model_0"
+    f"Write {STEPS_RULES}\nExample: Steps: model_1+ model_0"
+)
+ASSESSED_SYSTEM = (
+    "You are the Conductor: choose which workers solve the task.\nWorkers:\n{workers}\n"
+    f"First write how hard the task is ({', '.join(COMPOSED_DIFFICULTIES)}), then {STEPS_RULES}\n"
+    "Example: Difficulty: medium. Steps: model_1+ model_0"
 )
 
 
-def messages(pool: Pool, question: str) -> list[dict[str, str]]:
-    """The conductor's prompt in the decisions encoding (the trainer appends PREFILL after the chat template)."""
+def messages(pool: Pool, question: str, assessed: bool = False) -> list[dict[str, str]]:
+    """The conductor's prompt in the decisions encoding (the trainer appends PREFILL, or ASSESSED_PREFILL, after
+    the chat template)."""
     workers = "\n".join(f"- {i}: {w.description}" for i, w in zip(pool.visible_ids(), pool.workers, strict=True))
-    return [{"role": "system", "content": SYSTEM.format(workers=workers)}, {"role": "user", "content": question}]
+    system = ASSESSED_SYSTEM if assessed else SYSTEM
+    return [{"role": "system", "content": system.format(workers=workers)}, {"role": "user", "content": question}]
 
 
-def parse(text: str, offered: list[str]) -> list[tuple[str, bool]] | None:
-    """The decisions in a completion, or None when it is not one to three decisions naming offered workers."""
+def prefill(assessed: bool) -> str:
+    return ASSESSED_PREFILL if assessed else PREFILL
+
+
+def assessment(text: str) -> tuple[str, str] | None:
+    """An assessed completion's difficulty and the decisions after it, or None when it does not start with one of
+    the difficulties, a full stop and `Steps:`."""
+    found = ASSESSMENT.match(text)
+    return None if found is None else (found[1], found[2])
+
+
+def assessed_completion(task: dict[str, Any], text: str) -> str:
+    """Decisions written after the task's own difficulty (what the warm start teaches the policy to copy)."""
+    return f" {task['difficulty']}. {STEPS_MARK} {text.strip()}"
+
+
+def parse(text: str, offered: list[str], assessed: bool = False) -> list[tuple[str, bool]] | None:
+    """The decisions in a completion, or None when it is not one to three decisions naming offered workers (after
+    an assessment of the task's difficulty, when `assessed`)."""
+    if assessed:
+        found = assessment(text)
+        if found is None:
+            return None
+        text = found[1]
     words = text.strip().split()
     if not 1 <= len(words) <= MAX_DECISIONS:
         return None
@@ -67,10 +114,10 @@ def workflow(decisions: list[tuple[str, bool]], task: dict[str, Any]) -> dict[st
     return {"reasoning": f"decisions: {len(decisions)} step(s)", "steps": steps}
 
 
-def completion_workflow(text: str, pool: Pool, task: dict[str, Any]) -> str:
+def completion_workflow(text: str, pool: Pool, task: dict[str, Any], assessed: bool = False) -> str:
     """The completion as the workflow JSON the reward runs; the text itself when it is not well formed (the
     server's parser then rejects it: the malformed reward)."""
-    decisions = parse(text, pool.visible_ids())
+    decisions = parse(text, pool.visible_ids(), assessed)
     return json.dumps(workflow(decisions, task)) if decisions else text
 
 

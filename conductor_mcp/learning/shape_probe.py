@@ -4,7 +4,8 @@ Greedy held-out workflows show only the likelier shape, so a policy can move a l
 changing. The probe teacher-forces a first step on each held-out task (the run's own prompts, from its card) and
 reads the probability of the two ways the completion goes on. A JSON workflow: the pool's scripted first step,
 then another step (`},`) or the end (`}]}`). The decisions encoding: the first solver as the scripted conductor
-casts it, told the pitfall (`model_2+`), then another decision (` model`) or the end (EOS). Per difficulty, so it
+casts it, told the pitfall (`model_2+`; in the assessed encoding after the task's own difficulty), then another
+decision (` model`) or the end (EOS). Per difficulty, so it
 shows whether a policy's shape depends on the task. It compares the warm start with the GRPO adapter of one run
 folder (tools/probe_shape.py).
 """
@@ -19,6 +20,7 @@ from typing import Any
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.errors import RequestError
 from conductor_mcp.learning import comparison, train_options, training, warm_start
+from conductor_mcp.learning.decisions import ENCODINGS, assessed_completion
 from conductor_mcp.service.catalogue import load_pool
 
 CONTINUATIONS = {"another step": "},", "end": "}]}"}  # after the first step's `"access": [...]`
@@ -75,11 +77,11 @@ def probe(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     tokenizer = AutoTokenizer.from_pretrained(args.base_model)
     pool = load_pool(args.pool, [builtin_pool_dir()])
     rows, pools = training.build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
-    decisions = args.completion == "decisions"
+    decisions = args.completion in ENCODINGS
     contexts = [
         row["prompt"]
         + (
-            first_decision(pools[row["pool_name"]], task)
+            first_decision(pools[row["pool_name"]], task, args.completion == "assessed")
             if decisions
             else first_step_prefix(pools[row["pool_name"]], task, args.max_steps_per_workflow)
         )
@@ -108,10 +110,12 @@ def first_step_prefix(pool: Any, task: dict[str, Any], max_steps: int) -> str:
     return one_step.removesuffix(CONTINUATIONS["end"])
 
 
-def first_decision(pool: Any, task: dict[str, Any]) -> str:
+def first_decision(pool: Any, task: dict[str, Any], assessed: bool = False) -> str:
     """The decisions encoding's first decision as the scripted conductor casts it (the specialist, else the
-    generalist), told the pitfall: after it the policy decides whether the task gets more than one step."""
-    return f" {comparison.roles(pool, str(task.get('domain')))['S']}+"
+    generalist), told the pitfall, after the task's own difficulty when `assessed`: after it the policy decides
+    whether the task gets more than one step."""
+    first = f" {comparison.roles(pool, str(task.get('domain')))['S']}+"
+    return assessed_completion(task, first) if assessed else first
 
 
 def _summary(pairs: list[list[float]]) -> dict[str, float]:

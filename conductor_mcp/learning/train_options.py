@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from conductor_mcp.learning import datasets
-from conductor_mcp.learning.sim_tasks import SET_DOMAINS, SIM_SETS, held_out_set
+from conductor_mcp.learning import datasets, decisions
+from conductor_mcp.learning.sim_tasks import COMPOSED_SETS, SET_DOMAINS, SIM_SETS, held_out_set
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -96,9 +96,10 @@ def _grpo_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cost-weight", type=float, default=0.0, help="0-0.5: reward cheaper right workflows")
     parser.add_argument(
         "--completion",
-        choices=["workflow", "worker", "decisions"],
+        choices=["workflow", "worker", *decisions.ENCODINGS],
         default="workflow",
-        help="decisions: 1-3 worker ids with + flags into a skeleton (learning/decisions.py)",
+        help="decisions: 1-3 worker ids with + flags into a skeleton (learning/decisions.py); assessed: the same "
+        "after the policy's word for the task's difficulty",
     )
     parser.add_argument(
         "--scale-rewards",
@@ -157,10 +158,15 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if unknown:
         parser.error(f"--sim-domains: unknown {unknown}; the {args.sim_set} set's domains are {list(known)}")
     decision_targets = args.warm_start in ("format", "specialist", "roles")  # what they teach is written as decisions
-    if decision_targets != (args.completion == "decisions") and args.sft_steps:
+    if decision_targets != (args.completion in decisions.ENCODINGS) and args.sft_steps:
         parser.error(
-            "--completion decisions warms up with --warm-start format, specialist or roles (decisions), "
-            "and only they do"
+            "--completion decisions or assessed warms up with --warm-start format, specialist or roles "
+            "(decisions), and only they do"
+        )
+    if args.completion == "assessed" and not (args.sim_tasks and args.sim_set in COMPOSED_SETS):
+        parser.error(
+            "--completion assessed has the policy write a composed task's difficulty: give --sim-tasks with "
+            f"--sim-set {' or '.join(COMPOSED_SETS)}"
         )
     if args.permute_ids and not args.subpool_k:
         parser.error("--permute-ids permutes the sub-pools of --subpool-k: give it too")

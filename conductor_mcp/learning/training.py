@@ -103,8 +103,10 @@ def build_rows(
 
 def policy_prompt(args: argparse.Namespace, tokenizer: Any, pool: Pool, task: dict[str, Any]) -> str:
     """The prompt text the policy completes for a task on a (sub-)pool, in the run's completion encoding."""
-    if args.completion == "decisions":
-        return prompt_text(tokenizer, decisions.messages(pool, task["question"])) + decisions.PREFILL
+    if args.completion in decisions.ENCODINGS:
+        assessed = args.completion == "assessed"
+        prompt = prompt_text(tokenizer, decisions.messages(pool, task["question"], assessed))
+        return prompt + decisions.prefill(assessed)
     messages = prompts.conductor_messages(pool, args.max_steps_per_workflow, task["question"], None)
     return prompt_text(tokenizer, messages) + (WORKER_PREFILL if args.completion == "worker" else "")
 
@@ -114,8 +116,8 @@ def completion_text(args: argparse.Namespace, completion: Any, pool: Pool, task:
     text = completion if isinstance(completion, str) else completion[0]["content"]
     if args.completion == "worker":  # the policy wrote the worker id: close the one-step workflow around it
         return WORKER_PREFILL + text.split('"', 1)[0].strip() + WORKER_SUFFIX
-    if args.completion == "decisions":
-        return decisions.completion_workflow(text, pool, task)
+    if args.completion in decisions.ENCODINGS:
+        return decisions.completion_workflow(text, pool, task, assessed=args.completion == "assessed")
     return text
 
 

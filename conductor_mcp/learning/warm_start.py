@@ -54,14 +54,18 @@ def sft_rows(
 
 
 def pairs(args: argparse.Namespace, rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str) -> list[dict]:
-    """The warm start's prompt-completion pairs: random decisions (--warm-start format) or the scripted ones."""
-    if args.warm_start == "format":
-        return format_rows(rows, pools, eos, args.seed)
-    if args.warm_start == "specialist":
-        return specialist_rows(rows, pools, eos, args.seed)
-    if args.warm_start == "roles":
-        return roles_rows(rows, pools, eos, args.seed)
-    return sft_rows(rows, pools, args.max_steps_per_workflow, eos, args.sft_first_step_too)
+    """The warm start's prompt-completion pairs: decisions (--warm-start format, specialist, roles; after the task's
+    own difficulty with --completion assessed) or the scripted conductor's workflows."""
+    makers = {"format": format_rows, "specialist": specialist_rows, "roles": roles_rows}
+    if args.warm_start not in makers:
+        return sft_rows(rows, pools, args.max_steps_per_workflow, eos, args.sft_first_step_too)
+    made = makers[args.warm_start](rows, pools, eos, args.seed)
+    if args.completion != "assessed":
+        return made
+    return [
+        {**pair, "completion": decisions.assessed_completion(json.loads(row["task"]), pair["completion"])}
+        for row, pair in zip(rows, made, strict=True)
+    ]
 
 
 def format_rows(rows: list[dict[str, Any]], pools: dict[str, Pool], eos: str, seed: int) -> list[dict[str, str]]:

@@ -40,6 +40,17 @@ def test_the_decisions_probe_stops_after_the_first_solver_the_scripted_conductor
         assert decisions.parse(second, offered) == [(specialist, True), (offered[0], False)]
 
 
+def test_the_assessed_probe_writes_the_tasks_own_difficulty_before_the_first_solver() -> None:
+    pool = load_pool("sim-composed-v3", [builtin_pool_dir()])
+    offered = pool.visible_ids()
+    for task in composed_task_set(6, seed=4):
+        first = shape_probe.first_decision(pool, task, assessed=True)
+        specialist = comparison.roles(pool, task["domain"])["S"]
+        assert decisions.assessment(first) == (task["difficulty"], f" {specialist}+")
+        second = first + shape_probe.ANOTHER_DECISION + offered[0].removeprefix("model")
+        assert decisions.parse(second, offered, assessed=True) == [(specialist, True), (offered[0], False)]
+
+
 @pytest.mark.slow  # a tool process
 def test_a_folder_without_a_card_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(TOOL), str(tmp_path)], capture_output=True, text=True, timeout=120)

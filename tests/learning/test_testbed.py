@@ -229,6 +229,27 @@ def test_decisions_fill_the_testbeds_workflows() -> None:
     assert all(decisions.parse(decisions.random_decisions(pool, rng), pool.visible_ids()) for _ in range(50))
 
 
+def test_assessed_decisions_run_the_same_workflow_whatever_difficulty_they_name() -> None:
+    """The assessed encoding: a difficulty, a full stop and `Steps:` before the decisions; the reward runs the
+    decisions alone, so the word the policy writes changes nothing but what it writes next."""
+    pool = load_pool("sim-composed-v3", [builtin_pool_dir()]).sample(4, seed="y", permute=True)
+    offered, task = pool.visible_ids(), {"pitfall": "units", "difficulty": "hard"}
+    plain = decisions.completion_workflow(" model_2+ model_0", pool, task)
+    for word in ("easy", "medium", "hard", "expert"):
+        text = f" {word}. Steps: model_2+ model_0"
+        assert decisions.assessment(text) == (word, " model_2+ model_0")
+        assert decisions.completion_workflow(text, pool, task, assessed=True) == plain
+    for malformed in (" model_2+ model_0", " trivial. Steps: model_2", " hard Steps: model_2", " hard. model_2"):
+        assert decisions.parse(malformed, offered, assessed=True) is None
+        assert decisions.completion_workflow(malformed, pool, task, assessed=True) == malformed  # the malformed reward
+    assert decisions.parse(" hard. Steps: model_2+ model_0", offered) is None  # not in the plain encoding
+    written = decisions.assessed_completion(task, " model_2+ model_0<eos>")
+    assert written == " hard. Steps: model_2+ model_0<eos>"
+    system = decisions.messages(pool, "Hard law task 1.", assessed=True)[0]["content"]
+    assert "First write how hard the task is (easy, medium, hard, expert)" in system
+    assert decisions.prefill(True) + " hard. Steps:" == "Difficulty: hard. Steps:"
+
+
 def test_the_best_answer_so_far_follows_step_order_not_timing() -> None:
     """Two finished steps, the later one (in workflow order) finished first: its answer is the best so far."""
     workflow = Workflow(reasoning="r", steps=[Step(worker="a", instruction="x"), Step(worker="b", instruction="y")])

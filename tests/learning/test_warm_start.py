@@ -96,6 +96,39 @@ def test_the_roles_warm_start_casts_specialist_and_reviewer_from_the_description
     assert len(shapes_by_difficulty) == 4
 
 
+def test_the_assessed_warm_start_copies_the_tasks_difficulty_before_the_same_decisions() -> None:
+    """With --completion assessed every warm-start target starts with its task's own difficulty; the decisions
+    after it are the plain warm start's, drawn by the same seed."""
+    tasks, subs, rows, pools = permuted_rows(48, seed=6, draw="a")
+    base = ["--base-model", "m", "--pool", "sim-composed-v2", "--sim-set", "composed-v2", "--sim-tasks", "8"]
+    base += ["--sft-steps", "2", "--warm-start", "roles", "--out", "out", "--seed", "3"]
+    plain = warm_start.pairs(train_options.parse_args([*base, "--completion", "decisions"]), rows, pools, "<eos>")
+    assessed = warm_start.pairs(train_options.parse_args([*base, "--completion", "assessed"]), rows, pools, "<eos>")
+    assert plain == warm_start.roles_rows(rows, pools, "<eos>", seed=3)
+    for before, after, sub, task in zip(plain, assessed, subs, tasks, strict=True):
+        assert after["prompt"] == before["prompt"]
+        text = after["completion"].removesuffix("<eos>")
+        assert decisions.assessment(text) == (task["difficulty"], before["completion"].removesuffix("<eos>"))
+        assert decisions.parse(text, sub.visible_ids(), assessed=True) == decisions.parse(
+            before["completion"].removesuffix("<eos>"), sub.visible_ids()
+        )
+    assert {t["difficulty"] for t in tasks} == {"easy", "medium", "hard", "expert"}
+
+
+def test_the_assessed_encoding_needs_a_composed_set_and_a_decisions_warm_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["--base-model", "m", "--out", "out", "--completion", "assessed"]
+    composed = ["--sim-tasks", "8", "--sim-set", "composed-v3", "--pool", "sim-composed-v3"]
+    assert train_options.parse_args([*base, *composed, "--sft-steps", "2", "--warm-start", "roles"])
+    with pytest.raises(SystemExit):
+        train_options.parse_args([*base, "--sim-tasks", "8", "--sim-set", "structured"])
+    assert "--completion assessed has the policy write a composed task's difficulty" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_options.parse_args([*base, *composed, "--sft-steps", "2", "--warm-start", "scripted"])
+    assert "warms up with --warm-start format, specialist or roles" in capsys.readouterr().err
+
+
 def test_decision_warm_starts_go_with_the_decisions_completion_only(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--base-model", "m", "--sim-tasks", "8", "--sft-steps", "2", "--out", "out"]
     for warm in ("format", "specialist", "roles"):
