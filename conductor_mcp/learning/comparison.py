@@ -266,6 +266,15 @@ def report(rows: list[dict[str, Any]], oracle: dict[str, Any], cost_weight: floa
         },
         "written": {p: dict(Counter(signatures[p]).most_common(12)) for p in ("trained", "warm start") if p in by},
         "steps_by_difficulty": steps_by_difficulty(by),
+        "assessed": {
+            name: {
+                "tasks": len(rs),
+                "right": statistics.fmean(r["assessed"] == r["difficulty"] for r in rs),
+                "unreadable": statistics.fmean(r["assessed"] is None for r in rs),
+            }
+            for name, rs in by.items()
+            if rs and "assessed" in rs[0]
+        },
     }
 
 
@@ -354,6 +363,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"Most written by the {policy} policy (over real worker ids): {counts}"]
     if report.get("steps_by_difficulty"):
         lines += shape_table(report["steps_by_difficulty"])
+    if report.get("assessed"):
+        lines += ["", "The difficulty each policy wrote before its steps (the assessed encoding):", ""]
+        lines += [
+            f"- {name}: the task's own on {a['right']:.3f} of {a['tasks']} tasks; "
+            f"none readable on {a['unreadable']:.3f}"
+            for name, a in report["assessed"].items()
+        ]
     if report.get("diagnosis"):
         lines += ["", "GRPO's rollouts (card.json `rollouts`, rollouts.png):", ""]
         lines += [

@@ -140,6 +140,8 @@ async def judge(args: argparse.Namespace) -> dict[str, Any]:
         oracle = await choose_oracles(run, recipe, pool, args.oracle_tasks)
         fixed = best_fixed(recipe, pool, args.oracle_tasks)
         rows = await held_out_rows(run, written, tasks, pools, oracle, fixed)
+    if recipe.completion == "assessed":
+        add_assessments(rows, written)
     report = comparison.report(rows, oracle, recipe.cost_weight) | {"best_fixed_completion": fixed}
     if card_file.exists():
         trained = json.loads(card_file.read_text())
@@ -213,6 +215,15 @@ async def held_out_rows(
         for task, sub, text, outcome in zip(tasks, pools, texts, outcomes, strict=True):
             rows.append(row(name, task, sub, outcome, _workflow(text)))
     return rows
+
+
+def add_assessments(rows: list[dict[str, Any]], written: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """On a run in the assessed encoding, each policy row gets the difficulty the policy wrote (None: a completion
+    that does not start with one), beside the task's own."""
+    for r in rows:
+        if r["strategy"] in written:
+            found = decisions.assessment(written[r["strategy"]][r["task_id"]]["written"])
+            r["assessed"] = found[0] if found else None
 
 
 def _workflow(text: str) -> dict[str, Any] | None:

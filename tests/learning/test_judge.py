@@ -17,7 +17,7 @@ from conductor_mcp.learning.rewards import Outcome
 from conductor_mcp.service.catalogue import load_pool
 
 
-def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
+def fake_run(out: Path, policy: dict[str, str], completion: str = "decisions") -> argparse.Namespace:
     """A run folder with a card and held-out files whose completions the given decisions (by label) wrote."""
     args = train_options.parse_args(
         [
@@ -41,7 +41,7 @@ def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
             "--cost-weight",
             "0.2",
             "--completion",
-            "decisions",
+            completion,
             "--out",
             str(out),
         ]
@@ -62,6 +62,7 @@ def fake_run(out: Path, policy: dict[str, str]) -> argparse.Namespace:
                 row = {
                     "task_id": task["id"],
                     "completion": completion,
+                    "written": written,
                     "pool_workers": list(subpools.worker_order(sub)),
                 }
                 sink.write(json.dumps(row) + "\n")
@@ -115,6 +116,22 @@ async def test_the_judgement_pairs_every_strategy_on_the_same_tasks_and_pools(tm
     assert all(shapes["scripted conductor"][d] == 3.0 for d in difficulties[1:])
     assert "| scripted conductor | 1.00 | 3.00" in (tmp_path / "judged.md").read_text()
     assert (tmp_path / "rollouts.png").read_bytes()[:4] == b"\x89PNG"
+
+
+async def test_an_assessed_run_is_judged_on_its_decisions_and_reports_the_difficulty_it_wrote(
+    tmp_path: Path,
+) -> None:
+    written = {"after": " hard. Steps: model_0+ model_1+ model_2+", "after_sft": " model_0", "after_shuffled": " x"}
+    args = fake_run(tmp_path, written, completion="assessed")
+    report = await judge.judge(judge.parse_args(["--run", str(tmp_path), "--oracle-tasks", "24"]))
+    hard = [t["difficulty"] == "hard" for t in train_options.held_out_tasks(args)]
+    assert 0 < sum(hard) < len(hard)
+    assert report["assessed"]["trained"] == {"tasks": 12, "right": sum(hard) / 12, "unreadable": 0.0}
+    assert report["assessed"]["warm start"]["unreadable"] == 1.0  # decisions without the difficulty before them
+    assert report["strategies"]["warm start"]["well_formed"] == 0.0  # are malformed in this encoding
+    assert report["strategies"]["trained"]["steps_per_task"] == 3.0  # the word does not change the workflow
+    assert "router" not in report["assessed"]
+    assert f"- trained: the task's own on {sum(hard) / 12:.3f} of 12 tasks" in (tmp_path / "judged.md").read_text()
 
 
 async def test_baselines_and_oracles_are_judged_while_the_policy_trains(tmp_path: Path) -> None:
