@@ -313,6 +313,15 @@ def shape_table(shapes: dict[str, dict[str, float]]) -> list[str]:
     return [*head, "|---|" + "---|" * len(difficulties), *rows]
 
 
+def assessed_lines(assessed: dict[str, dict[str, Any]]) -> list[str]:
+    """How often each policy wrote the task's own difficulty (the assessed encoding), after a blank line."""
+    head = ["", "The difficulty each policy wrote before its steps (the assessed encoding):", ""]
+    return head + [
+        f"- {name}: the task's own on {a['right']:.3f} of {a['tasks']} tasks; none readable on {a['unreadable']:.3f}"
+        for name, a in assessed.items()
+    ]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The judgement as a README section's tables."""
     lines = [
@@ -364,12 +373,7 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("steps_by_difficulty"):
         lines += shape_table(report["steps_by_difficulty"])
     if report.get("assessed"):
-        lines += ["", "The difficulty each policy wrote before its steps (the assessed encoding):", ""]
-        lines += [
-            f"- {name}: the task's own on {a['right']:.3f} of {a['tasks']} tasks; "
-            f"none readable on {a['unreadable']:.3f}"
-            for name, a in report["assessed"].items()
-        ]
+        lines += assessed_lines(report["assessed"])
     if report.get("diagnosis"):
         lines += ["", "GRPO's rollouts (card.json `rollouts`, rollouts.png):", ""]
         lines += [
