@@ -51,7 +51,8 @@ from conductor_mcp.engine.executor import Executor
 from conductor_mcp.models import litellm_backend, providers
 from conductor_mcp.models.backend import call_arguments
 from conductor_mcp.models.local import free_port
-from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated, register
+from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated
+from conductor_mcp.models.sim_litellm import register
 from conductor_mcp.runs.sqlite import SAVE_STEP, SqliteStore
 from conductor_mcp.runs.store import step_row
 

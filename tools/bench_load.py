@@ -497,7 +497,8 @@ async def direct_ms_per_call(pools: Path, pool_name: str, calls: int, concurrenc
     from conductor_mcp.engine.conductor import response_format
     from conductor_mcp.models.backend import call_arguments
     from conductor_mcp.models.litellm_backend import close_clients
-    from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated, register
+    from conductor_mcp.models.sim import SIM_CALL, SimCall, answer, is_simulated
+    from conductor_mcp.models.sim_litellm import register
     from conductor_mcp.service.catalogue import load_pool
 
     register()  # `sim/*` through litellm, for the litellm figures

@@ -18,7 +18,7 @@ litellm.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -148,9 +148,9 @@ class OpenAIHttp:
 class DirectBackend:
     """`hosted_vllm/` models: chat and text completions on the direct path, retried by the Providers' retry loop;
     what this path cannot send exactly as litellm would (tools, litellm-only params) goes to litellm, made (and
-    imported) only then."""
+    imported, or waited for while the warm-up imports it) only then."""
 
-    def __init__(self, retrier: retry.Retrier, litellm: Callable[[], LitellmBackend]) -> None:
+    def __init__(self, retrier: retry.Retrier, litellm: Callable[[], Awaitable[LitellmBackend]]) -> None:
         self.retrier = retrier
         self.litellm = litellm
         self._http = OpenAIHttp()
@@ -170,7 +170,7 @@ class DirectBackend:
         """Send `request` (built for `spec`, or for the server that serves it) directly where it is eligible, priced
         at `rates` (USD per input and output token; by default the pool's price, else litellm's price map)."""
         if not eligible(request):
-            return await self.litellm().send(spec, call, request)
+            return await (await self.litellm()).send(spec, call, request)
         cost = retry.priced(rates or self._direct_rates(spec))
         return await self.retrier.send(spec, call, request, self._http.chat, cost, diagnose=diagnose)
 

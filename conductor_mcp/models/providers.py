@@ -42,9 +42,9 @@ MODULES = {
     "sim": "conductor_mcp.models.sim_backend",
 }
 
-# The kinds that may call through litellm: its own, the simulator (a litellm provider), the direct path (what it
-# cannot send itself). The embedded model's calls are all direct, plain completions: never through litellm.
-THROUGH_LITELLM = frozenset({"litellm", "sim", "direct"})
+# The kinds that may call through litellm: its own and the direct path (what it cannot send itself). The simulator
+# and the embedded model answer without it.
+THROUGH_LITELLM = frozenset({"litellm", "direct"})
 
 
 def kind_of(model: str) -> str:
@@ -70,12 +70,13 @@ def price_per_token(spec: ModelSpec) -> tuple[float, float] | None:
 
 @dataclass
 class _Backends:
-    """The backends a Providers made, by kind, and the warm-up importing their modules, if one is under way:
-    shared with the Providers' `hosted` copies."""
+    """The backends a Providers made, by kind, and the warm-up's imports while they are under way (the backends'
+    own modules first, litellm after them): shared with the Providers' `hosted` copies."""
 
     retrier: Retrier  # the retry loop every backend sends through: one, so an endpoint's limit holds across them
     made: dict[str, Backend] = field(default_factory=dict)
-    loading: asyncio.Future[list[str]] | None = None
+    modules: asyncio.Future[None] | None = None
+    litellm: asyncio.Future[None] | None = None
     warm_started: bool = False
 
 
@@ -107,34 +108,48 @@ class Providers:
         return self._backends.warm_started
 
     async def warm(self, models: Callable[[], Iterable[str]], then: Callable[[], None] | None = None) -> None:
-        """Import the modules of the backends that serve `models()` in a worker thread (litellm takes seconds of
-        CPU), then make those backends, so the first call of each costs what later ones do; then call `then`. Calls
-        made meanwhile wait for it instead of importing on the event loop. Once: a later call returns at once. The
-        service runs this after a host's handshake (stdio) or before it listens (HTTP)."""
-        if self._backends.warm_started:
+        """Import the modules of the backends that serve `models()` in a worker thread, then litellm where a kind
+        may call through it (seconds of CPU), and make those backends, so the first call of each costs what later
+        ones do; then call `then`. A call made meanwhile waits for the imports its kind needs, never for litellm's
+        unless it goes through litellm, and never imports on the event loop. Once: a later call returns at once.
+        The service runs this after a host's handshake (stdio) or before it listens (HTTP)."""
+        backends = self._backends
+        if backends.warm_started:
             return
-        self._backends.warm_started = True
-
-        def load() -> list[str]:
-            kinds = sorted({kind_of(model) for model in models()} - {"host"})
-            for kind in kinds:
-                importlib.import_module(MODULES[kind])
-            if set(kinds) & THROUGH_LITELLM:
-                from conductor_mcp.models.litellm_backend import load_lazily_imported
-
-                load_lazily_imported()
-            return kinds
-
-        self._backends.loading = loading = asyncio.ensure_future(asyncio.to_thread(load))
+        backends.warm_started = True
+        kinds = sorted({kind_of(model) for model in models()} - {"host"})
+        own = [kind for kind in kinds if kind != "litellm"]
+        backends.modules = asyncio.ensure_future(asyncio.to_thread(_import_modules, own))
+        if set(kinds) & THROUGH_LITELLM:
+            backends.litellm = asyncio.get_running_loop().create_future()
         try:
-            kinds = await loading
-            for kind in kinds:
+            await backends.modules
+            for kind in own:
                 self._backend(kind)
+            if backends.litellm is not None:
+                await asyncio.to_thread(_import_litellm)
+                if "litellm" in kinds:
+                    self._backend("litellm")
             log.info("backends_warmed", kinds=kinds)
-        finally:
-            self._backends.loading = None
+        finally:  # a failed import is met again by the call that needs it, with its error
+            if backends.litellm is not None and not backends.litellm.done():
+                backends.litellm.set_result(None)
+            backends.modules = backends.litellm = None
             if then is not None:
                 then()
+
+    async def _imported(self, kind: str) -> None:
+        """Wait for the warm-up's imports that a call of `kind` needs, if it is under way: litellm's for litellm,
+        the backends' own modules for the others."""
+        pending = self._backends.litellm if kind == "litellm" else None
+        pending = pending or self._backends.modules
+        if pending is not None:
+            await asyncio.wait([pending])
+
+    async def _litellm_backend(self) -> LitellmBackend:
+        """litellm's backend for a call the direct path cannot make itself, once the warm-up has imported it."""
+        await self._imported("litellm")
+        return cast("LitellmBackend", self._backend("litellm"))
 
     def _backend(self, kind: str) -> Backend:
         """The backend of `kind`, made (and its module imported) the first time a model of that kind is called."""
@@ -155,8 +170,7 @@ class Providers:
         if kind == "direct":  # litellm made only for a call the direct path cannot send itself
             from conductor_mcp.models.openai_http import DirectBackend
 
-            retrier = self._backends.retrier
-            return DirectBackend(retrier, lambda: cast("LitellmBackend", self._backend("litellm")))
+            return DirectBackend(self._backends.retrier, self._litellm_backend)
         if kind == "local":
             from conductor_mcp.models.local_backend import LocalBackend
 
@@ -190,15 +204,15 @@ class Providers:
         `metadata` (the task's reference data) and `simulation` (the pool's sim profiles) reach sim models only;
         `tools` (the client's function tools) are offered to chat models, which may answer with calls of them.
         """
-        if self._backends.loading is not None:  # a warm-up is importing the backends: never import on the loop too
-            await asyncio.wait([self._backends.loading])  # its failure, if any, is met again by the import below
         attempts: list[Attempt] = []
         extra = {"response_format": response_format, "tools": tools or None}
         candidates: list[tuple[str | None, ModelSpec]] = [(label, spec), *fallbacks]
         for position, (name, candidate) in enumerate(candidates):
             call = Call(messages, name, attempts, metadata or {}, simulation, extra)
+            kind = kind_of(candidate.model)
+            await self._imported(kind)
             try:
-                return await self._backend(kind_of(candidate.model)).complete(candidate, call)
+                return await self._backend(kind).complete(candidate, call)
             except ProviderError as exc:
                 if position + 1 < len(candidates):
                     log.warning(
@@ -210,3 +224,14 @@ class Providers:
                     continue
                 raise ProviderError(str(exc), attempts) from None
         raise AssertionError("unreachable")
+
+
+def _import_modules(kinds: list[str]) -> None:
+    for kind in kinds:
+        importlib.import_module(MODULES[kind])
+
+
+def _import_litellm() -> None:
+    from conductor_mcp.models.litellm_backend import load_lazily_imported
+
+    load_lazily_imported()

@@ -2,8 +2,9 @@
 
 The server calls them on the direct path (sim_backend.py): the request built, retried, counted and priced as a
 real model's is, without litellm's per-call machinery (2-4 ms of CPU per call on a 2-core machine, more than the
-simulator itself). They are also a litellm custom provider (`sim/<name>`), for whoever calls litellm with a sim
-model (the benchmarks' baselines). What they answer is decided by known numbers:
+simulator itself), and without importing litellm: a sim pool's first run waits for no import of it. They are also
+a litellm custom provider (`sim/<name>`, sim_litellm.py), for whoever calls litellm with a sim model (the
+benchmarks' baselines). What they answer is decided by known numbers:
 
 * a worker is right with its skill for the task's domain (adjusted for difficulty), the draw seeded from
   the whole prompt (task, worker, instruction, seen context) so every run is reproducible;
@@ -30,10 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import litellm
-from litellm.llms.custom_llm import CustomLLM
-from litellm.types.utils import ChatCompletionMessageToolCall, Function
 
 from conductor_mcp.core import prompts
 from conductor_mcp.core.pool import CONDUCTOR_ID as SELF
@@ -273,7 +270,7 @@ class SimReply:
 async def answer(model: str, messages: list[dict[str, Any]], call: SimCall, params: dict[str, Any]) -> SimReply:
     """Answer one call to `model` (`sim/<name>` or `<name>`) after its simulated latency; `params` are the call's
     arguments (its response format and the client's tools are read). Both ways to a sim model share it: the
-    litellm provider below and the backend's direct path (sim_backend.py)."""
+    litellm provider (sim_litellm.py) and the backend's direct path (sim_backend.py)."""
     text, completion_tokens, latency = _reply(model.removeprefix(PREFIX), messages, call, params)
     calls = sim_tools.requested_calls(messages, params.get("tools"))
     scale = call.simulation.time_scale if call.time_scale is None else call.time_scale
@@ -292,7 +289,7 @@ def response(reply: SimReply) -> SimpleNamespace:
         for n, (name, args) in enumerate(reply.calls)
     ]
     message = SimpleNamespace(role="assistant", content=reply.text, tool_calls=calls or None)
-    choice = SimpleNamespace(index=0, message=message, text=reply.text, finish_reason=_finish_reason(reply))
+    choice = SimpleNamespace(index=0, message=message, text=reply.text, finish_reason=finish_reason(reply))
     usage = SimpleNamespace(
         prompt_tokens=reply.prompt_tokens,
         completion_tokens=reply.completion_tokens,
@@ -301,53 +298,8 @@ def response(reply: SimReply) -> SimpleNamespace:
     return SimpleNamespace(choices=[choice], usage=usage)
 
 
-def _finish_reason(reply: SimReply) -> str:
+def finish_reason(reply: SimReply) -> str:
     return "tool_calls" if reply.calls else "stop"
-
-
-class SimProvider(CustomLLM):
-    """litellm custom provider serving every `sim/<name>` model (benchmarks and callers of litellm reach the
-    simulator this way; the server's own calls take the direct path)."""
-
-    async def acompletion(
-        self,
-        model: str,
-        messages: list,
-        api_base: str,
-        custom_prompt_dict: dict,
-        model_response: litellm.ModelResponse,
-        print_verbose: Any,
-        encoding: Any,
-        api_key: Any,
-        logging_obj: Any,
-        optional_params: dict,
-        acompletion: Any = None,
-        litellm_params: dict | None = None,
-        logger_fn: Any = None,
-        headers: dict | None = None,
-        timeout: Any = None,  # noqa: ASYNC109 (litellm's signature; the provider's own deadline applies)
-        client: Any = None,
-    ) -> litellm.ModelResponse:
-        call = ((litellm_params or {}).get("metadata") or {}).get(SIM_CALL)
-        reply = await answer(model, messages, call if isinstance(call, SimCall) else SimCall(), optional_params)
-        _fill(model_response.choices[0], reply)
-        model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            total_tokens=reply.prompt_tokens + reply.completion_tokens,
-        )
-        model_response.model = model
-        return model_response
-
-
-def _fill(choice: Any, reply: SimReply) -> None:
-    """Put the reply into litellm's response: the text, or (the text withheld) the tool calls asked for."""
-    choice.message.content, choice.finish_reason = reply.text, _finish_reason(reply)
-    if reply.calls:
-        choice.message.tool_calls = [
-            ChatCompletionMessageToolCall(id=f"sim_{n}", type="function", function=Function(name=name, arguments=a))
-            for n, (name, a) in enumerate(reply.calls)
-        ]
 
 
 def _reply(
@@ -374,15 +326,6 @@ def _log_call(path: Path, model: str, messages: list[dict[str, Any]]) -> None:
     line = json.dumps({"model": model, "digest": messages_digest(messages)}) + "\n"
     with path.open("a", encoding="utf-8") as log_file:  # one short append: atomic between processes
         log_file.write(line)
-
-
-_provider = SimProvider()
-
-
-def register() -> None:
-    """Serve `sim/*` through litellm (idempotent)."""
-    if not any(entry.get("provider") == "sim" for entry in litellm.custom_provider_map):
-        litellm.custom_provider_map.append({"provider": "sim", "custom_handler": _provider})
 
 
 def final_answer(text: str | None) -> str:

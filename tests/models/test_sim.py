@@ -160,12 +160,12 @@ async def test_sim_calls_take_the_direct_path_not_litellm() -> None:
     """litellm's per-call machinery cost more CPU than the simulator itself: the server's sim calls skip it."""
     import litellm
 
-    from conductor_mcp.models import sim
+    from conductor_mcp.models import sim, sim_litellm
 
     seen = _CallsSeen()
     litellm.callbacks.append(seen.logger)
     try:
-        sim.register()
+        sim_litellm.register()
         metadata = {sim.SIM_CALL: sim.SimCall(reference=META, time_scale=0)}
         await litellm.acompletion(model="sim/anyone", messages=[{"role": "user", "content": "x"}], metadata=metadata)
         assert seen.calls == 1  # the probe sees a call litellm makes
@@ -181,7 +181,7 @@ async def test_sim_calls_take_the_direct_path_not_litellm() -> None:
 @pytest.mark.parametrize("offered_tools", [True, False])
 async def test_the_direct_path_answers_as_the_litellm_provider_did(priced: bool, offered_tools: bool) -> None:
     """Text, tool calls, finish reason, usage and cost: the same as through litellm's `sim` provider."""
-    from conductor_mcp.models import sim
+    from conductor_mcp.models import sim, sim_litellm
     from conductor_mcp.models.backend import Call, request_for
     from conductor_mcp.models.litellm_backend import LitellmBackend
     from conductor_mcp.models.retry import Retrier
@@ -196,7 +196,7 @@ async def test_the_direct_path_answers_as_the_litellm_provider_did(priced: bool,
     retrier = Retrier(0.0)
     litellm_backend = LitellmBackend(retrier)
     direct = await SimBackend(retrier, overrides).complete(spec, Call(task, "solver", [], META, None, extra))
-    sim.register()
+    sim_litellm.register()
     request = request_for(spec, Call(task, "solver", [], META, None, extra))
     request["metadata"] = {sim.SIM_CALL: sim.SimCall(reference=META, time_scale=0)}
     through = await litellm_backend.send(spec, Call(task, "solver", [], META, None, extra), request, remote=False)
