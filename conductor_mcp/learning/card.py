@@ -119,6 +119,8 @@ def write_card(
         "specialist": "random decisions with the task's specialist as the first solver",
         "roles": "the scripted conductor's roles (specialist solves, reviewer reviews) in random shapes",
     }[args.warm_start]
+    if args.completion == "assessed":
+        targets += ", each after the task's own difficulty"
     warm = (
         f"a supervised warm start of {args.sft_steps} steps on {targets} (SFT loss "
         f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then "

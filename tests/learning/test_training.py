@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from conductor_mcp.config import builtin_pool_dir
 from conductor_mcp.core import prompts
-from conductor_mcp.learning import judge, recipe, rejudge, resume, shape_probe, subpools, train_options
+from conductor_mcp.learning import decisions, judge, recipe, rejudge, resume, shape_probe, subpools, train_options
 from conductor_mcp.learning import training as train_conductor
 from conductor_mcp.learning.sim_tasks import structured_task_set
 from conductor_mcp.models import convert_gguf
@@ -317,6 +317,32 @@ def test_a_format_warm_start_then_a_decisions_grpo_step(tmp_path: Path) -> None:
     check_the_decisions_probe(tmp_path, args)
 
 
+def test_an_assessed_roles_warm_start_then_a_grpo_step(tmp_path: Path) -> None:
+    """The assessed encoding end to end on the composed testbed v3: prompts that end in `Difficulty:`, the roles warm
+    start copying each task's difficulty, a Dr. GRPO step whose rollouts run as workflows, and the probe's context
+    written the same way."""
+    args = small_decisions_run(
+        tmp_path,
+        "sim-composed-v3",
+        "composed-v3",
+        *("--completion", "assessed", "--warm-start", "roles", "--max-completion-length", "20"),
+        *("--skip-base-eval", "--eval-warm-start", "--steps", "1", "--scale-rewards", "none", "--loss-type", "dr_grpo"),
+    )
+    card = train_conductor.train(args)
+    assert len(card["losses"]) == 1 and card["rollouts"][0]["groups"] == 1
+    readme = (tmp_path / "README.md").read_text()
+    assert (
+        "roles (specialist solves, reviewer reviews) in random shapes, each after the task's own difficulty" in readme
+    )
+    for label in ("after_sft", "after"):
+        rows = [json.loads(line) for line in (tmp_path / f"held_out_{label}.jsonl").read_text().splitlines()]
+        assert len(rows) == 3 and all(r["completion_tokens"] <= 20 for r in rows)
+        offered = [f"model_{i}" for i in range(4)]
+        for r in rows:  # a written assessment and decisions run as their workflow; anything else stays as written
+            assert (decisions.parse(r["written"], offered, assessed=True) is None) == (r["completion"] == r["written"])
+    check_the_decisions_probe(tmp_path, args)
+
+
 def check_the_decisions_probe(run_dir: Path, args: argparse.Namespace) -> None:
     """On a decisions run the probe reports both adapters over the held-out tasks, and its P(another decision) and
     P(end) are the model's next-token probabilities of ` model` and EOS after the first decision."""
@@ -332,7 +358,9 @@ def check_the_decisions_probe(run_dir: Path, args: argparse.Namespace) -> None:
     tasks = train_options.held_out_tasks(args)
     pool = load_pool(args.pool, [builtin_pool_dir()])
     rows, pools = train_conductor.build_rows(args, pool, tokenizer, tasks, len(tasks), 0, held_out=True)
-    context = rows[0]["prompt"] + shape_probe.first_decision(pools[rows[0]["pool_name"]], tasks[0])
+    assessed = args.completion == "assessed"
+    assert rows[0]["prompt"].endswith(decisions.prefill(assessed))
+    context = rows[0]["prompt"] + shape_probe.first_decision(pools[rows[0]["pool_name"]], tasks[0], assessed)
     with torch.no_grad():
         logits = model(**tokenizer(context, return_tensors="pt")).logits[0, -1]
     next_token = torch.softmax(logits.float(), dim=-1)
