@@ -76,6 +76,18 @@ def plot_rollouts(rollouts: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def warm_start_targets(args: argparse.Namespace) -> str:
+    """What the warm start imitated, in words for the adapter's README."""
+    targets = {
+        "scripted": "the sim conductor's "
+        + ("workflows and their first steps alone" if args.sft_first_step_too else "workflows"),
+        "format": "random well-formed decisions (the format only)",
+        "specialist": "random decisions with the task's specialist as the first solver",
+        "roles": "the scripted conductor's roles (specialist solves, reviewer reviews) in random shapes",
+    }[args.warm_start]
+    return targets + (", each after the task's own difficulty" if args.completion == "assessed" else "")
+
+
 def write_card(
     args: argparse.Namespace,
     pool: Pool,
@@ -112,17 +124,8 @@ def write_card(
     if rollouts:
         plot_rollouts(rollouts, args.out / "rollouts.png")
     first, last = curve[: max(1, len(curve) // 5)], curve[-max(1, len(curve) // 5) :]
-    targets = {
-        "scripted": "the sim conductor's "
-        + ("workflows and their first steps alone" if args.sft_first_step_too else "workflows"),
-        "format": "random well-formed decisions (the format only)",
-        "specialist": "random decisions with the task's specialist as the first solver",
-        "roles": "the scripted conductor's roles (specialist solves, reviewer reviews) in random shapes",
-    }[args.warm_start]
-    if args.completion == "assessed":
-        targets += ", each after the task's own difficulty"
     warm = (
-        f"a supervised warm start of {args.sft_steps} steps on {targets} (SFT loss "
+        f"a supervised warm start of {args.sft_steps} steps on {warm_start_targets(args)} (SFT loss "
         f"{sft_losses[0]:.3f} -> {sft_losses[-1]:.3f}), then "
         if sft_losses
         else ""
