@@ -117,12 +117,12 @@ class Providers:
         if backends.warm_started:
             return
         backends.warm_started = True
-        kinds = sorted({kind_of(model) for model in models()} - {"host"})
-        own = [kind for kind in kinds if kind != "litellm"]
-        backends.modules = asyncio.ensure_future(asyncio.to_thread(_import_modules, own))
-        if set(kinds) & THROUGH_LITELLM:
-            backends.litellm = asyncio.get_running_loop().create_future()
         try:
+            kinds = sorted({kind_of(model) for model in models()} - {"host"})
+            own = [kind for kind in kinds if kind != "litellm"]
+            backends.modules = asyncio.ensure_future(asyncio.to_thread(_import_modules, own))
+            if set(kinds) & THROUGH_LITELLM:
+                backends.litellm = asyncio.get_running_loop().create_future()
             await backends.modules
             for kind in own:
                 self._backend(kind)
