@@ -15,7 +15,8 @@
    messages; ended) made bare, the store's statement and rows on a file of their own with the store's pragmas; and
    the same writes timed where they run, inside the executor's steps (the CPU of the store's SQLite calls, in a run
    of its own so the timing does not weigh on the step's figure). Inside the steps they cost ~3x what they cost in a
-   loop of their own: between two writes the step's other work has taken the caches.
+   loop of their own (not the WAL's checkpoints; most likely the step's other work evicting SQLite's data from the
+   CPU caches between two writes).
 2. Parallelism: a 4-way fan-out plus an aggregator on simulated workers with fixed latencies, against its
    critical path (slowest branch + aggregator) and against sequential execution (sum of latencies).
    Target: within 10% of the critical path.
